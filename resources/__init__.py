@@ -1,0 +1,1 @@
+"""Static resources (icons, style sheets, desktop entry, default prompts), read with importlib.resources."""

@@ -1,0 +1,52 @@
+"""Session fixtures: isolated user folders, an in-memory keyring, the tiny model and the embedded model."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import keyring
+import platformdirs
+import pytest
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from tests.helpers import MemoryKeyring, make_tiny_llama
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _isolated_user_folders(tmp_path_factory: pytest.TempPathFactory):
+    """Data and settings go to a temp folder; converted models stay in the real cache (rebuilding is slow)."""
+    home = tmp_path_factory.mktemp("studio-home")
+    real_cache = Path(platformdirs.user_cache_dir("inference-studio"))
+    previous = {k: os.environ.get(k) for k in ("INFERENCE_STUDIO_HOME", "INFERENCE_STUDIO_CACHE")}
+    os.environ["INFERENCE_STUDIO_HOME"] = str(home)
+    os.environ.setdefault("INFERENCE_STUDIO_CACHE", str(real_cache))
+    yield home
+    for key, value in previous.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+@pytest.fixture(autouse=True)
+def memory_keyring() -> MemoryKeyring:
+    backend = MemoryKeyring()
+    keyring.set_keyring(backend)
+    return backend
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
+
+
+@pytest.fixture(scope="session")
+def embedded_model():
+    """The real embedded default model (SmolLM2-135M-Instruct), float32 on CPU, loaded once per session."""
+    from engine.loader import load_model
+
+    return load_model(None)

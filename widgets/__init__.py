@@ -1,0 +1,1 @@
+"""Reusable Qt widgets: chat view, model picker, dashboard panels, KV page map."""
