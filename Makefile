@@ -8,7 +8,6 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
 
-
 .PHONY: setup run test lint bench package package-test clean
 
 $(STAMP): pyproject.toml Makefile
@@ -26,7 +25,8 @@ run: $(STAMP)
 	$(VENV)/bin/inference-studio $(ARGS)
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check app engine widgets resources tests packaging
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 test: $(STAMP) lint
 	QT_QPA_PLATFORM=offscreen $(VENV)/bin/pytest $(PYTEST_ARGS)

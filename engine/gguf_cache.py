@@ -87,8 +87,6 @@ def converted_folder(path: Path, progress: Callable[[str], None] | None = None) 
             pass
         shutil.rmtree(target, ignore_errors=True)
 
-    if progress:
-        progress(f"checking {path.name}")
     meta = read_gguf_metadata(path)
     if progress:
         progress(f"converting {path.name} ({meta.get('file_type', '?')}) to float32; only the first time")

@@ -74,9 +74,7 @@ def resolve_model_spec(spec: str | None) -> ModelSource:
     repo, _, revision = text.partition("@")
     if _REPO_ID.match(repo) and not text.startswith((".", "/", "~")):
         return ModelSource(SourceKind.HUB_REPO, spec=text, repo_id=repo, revision=revision or None)
-    raise ModelNotFoundError(
-        f"no model at {text!r}: not a file or folder, and not a hub repo id like 'org/name'"
-    )
+    raise ModelNotFoundError(f"no model at {text!r}: not a file or folder, and not a hub repo id like 'org/name'")
 
 
 def _resolve_local(spec: str, path: Path) -> ModelSource:

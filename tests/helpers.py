@@ -90,3 +90,36 @@ class MemoryKeyring(keyring.backend.KeyringBackend):
         if (service, username) not in self.store:
             raise keyring.errors.PasswordDeleteError(username)
         del self.store[(service, username)]
+
+
+def reference_greedy(model, prompt_ids: list[int], max_new_tokens: int, eos: bool = True) -> list[int]:
+    """transformers' own greedy generate, with attention_mask passed (see DESIGN.md: the pad token is a
+    chat token here) and the model's standard attention, as the golden reference."""
+    previous = model.config._attn_implementation
+    model.set_attn_implementation("sdpa")
+    try:
+        ids = torch.tensor([prompt_ids])
+        kwargs = {} if eos else {"eos_token_id": None, "min_new_tokens": max_new_tokens}
+        with torch.inference_mode():
+            out = model.generate(
+                input_ids=ids,
+                attention_mask=torch.ones_like(ids),
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                pad_token_id=model.config.pad_token_id if model.config.pad_token_id is not None else 0,
+                **kwargs,
+            )
+        return out[0, len(prompt_ids) :].tolist()
+    finally:
+        model.set_attn_implementation(previous)
+
+
+def run_to_completion(engine, max_steps: int = 100_000) -> dict[str, list]:
+    """Step an engine until it is idle; events per request id."""
+    events: dict[str, list] = {}
+    for _ in range(max_steps):
+        if not engine.has_unfinished:
+            return events
+        for event in engine.step():
+            events.setdefault(event.request_id, []).append(event)
+    raise AssertionError("engine did not finish")

@@ -1,0 +1,30 @@
+"""Starts the desktop window, or says in one line why it can't (no display) and what to use instead."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+
+def display_available() -> bool:
+    if os.environ.get("QT_QPA_PLATFORM", "").startswith(("offscreen", "minimal", "vnc")):
+        return True
+    if sys.platform.startswith("linux"):
+        return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+    return True
+
+
+def launch(args: argparse.Namespace) -> int:
+    if getattr(args, "self_test", False):
+        os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    if not display_available():
+        print(
+            "inference-studio: no display found (DISPLAY/WAYLAND_DISPLAY unset); for the terminal use "
+            "`inference-studio generate --prompt ...` or `inference-studio serve`",
+            file=sys.stderr,
+        )
+        return 1
+    from app.main_window import run_studio
+
+    return run_studio(args)

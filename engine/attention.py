@@ -1,0 +1,182 @@
+"""Paged attention plugged into transformers' AttentionInterface: write new K/V by slot, attend over pages."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+ATTENTION_NAME = "studio_paged"
+
+
+class PagedKVCache:
+    """The page pool's tensors: per layer, keys and values laid out [kv_heads, pages, page_size, head_dim].
+
+    Head-major pages make a gather of whole pages land directly in the [kv_heads * seqs, tokens, head_dim]
+    shape that batched matmuls want, with no extra permute copy."""
+
+    def __init__(
+        self,
+        num_layers: int,
+        num_kv_heads: int,
+        head_dim: int,
+        num_pages: int,
+        page_size: int,
+        dtype: torch.dtype,
+        device: torch.device | str,
+    ) -> None:
+        self.num_layers = num_layers
+        self.num_kv_heads = num_kv_heads
+        self.head_dim = head_dim
+        self.num_pages = num_pages
+        self.page_size = page_size
+        shape = (num_layers, 2, num_kv_heads, num_pages, page_size, head_dim)
+        self.storage = torch.zeros(shape, dtype=dtype, device=device)
+
+    @property
+    def nbytes(self) -> int:
+        return self.storage.numel() * self.storage.element_size()
+
+    def layer(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.storage[index, 0], self.storage[index, 1]
+
+
+@dataclass
+class PrefillSlice:
+    """A chunk of several query tokens of one sequence, at rows [q_start, q_start + q_len) of the packed batch."""
+
+    q_start: int
+    q_len: int
+    context_len: int  # tokens attended to, this chunk included
+    page_index: torch.Tensor | None  # pages to gather, or None when the chunk is the whole context
+
+
+@dataclass
+class StepContext:
+    """Per-step attention metadata shared by every layer (built once by the runner)."""
+
+    cache: PagedKVCache
+    slot_mapping: torch.Tensor  # [N] slot of every packed token
+    num_decode: int  # the first num_decode rows are single-token sequences
+    decode_page_index: torch.Tensor | None  # [num_decode * max_pages] page ids, padded
+    decode_context_lens: torch.Tensor | None  # [num_decode]
+    decode_max_pages: int
+    prefills: list[PrefillSlice]
+    _masks: dict = field(default_factory=dict)
+
+    def decode_mask(self, sliding_window: int | None, dtype: torch.dtype) -> torch.Tensor:
+        """Additive mask [kv_heads * num_decode, 1, max_len]: -inf on padding (and outside a sliding window)."""
+        key = (sliding_window, dtype)
+        mask = self._masks.get(key)
+        if mask is None:
+            assert self.decode_context_lens is not None
+            length = self.decode_max_pages * self.cache.page_size
+            positions = torch.arange(length, device=self.slot_mapping.device)
+            lens = self.decode_context_lens[:, None]
+            invalid = positions[None, :] >= lens
+            if sliding_window:
+                invalid |= positions[None, :] < lens - sliding_window
+            mask = torch.zeros(invalid.shape, dtype=dtype, device=invalid.device).masked_fill_(invalid, float("-inf"))
+            kv_heads = self.cache.num_kv_heads
+            mask = mask.unsqueeze(0).expand(kv_heads, -1, -1).reshape(kv_heads * self.num_decode, 1, length)
+            self._masks[key] = mask
+        return mask
+
+
+_local = threading.local()
+
+
+@contextmanager
+def step_context(context: StepContext) -> Iterator[None]:
+    """Make the metadata visible to the attention layers of this thread's forward pass."""
+    _local.context = context
+    try:
+        yield
+    finally:
+        _local.context = None
+
+
+def current_context() -> StepContext:
+    context = getattr(_local, "context", None)
+    if context is None:
+        raise RuntimeError("paged attention called outside an engine step")
+    return context
+
+
+def paged_attention_forward(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    sliding_window: int | None = None,
+    **kwargs,
+) -> tuple[torch.Tensor, None]:
+    """query [1, heads, N, dim], key/value [1, kv_heads, N, dim] (rotary applied) -> output [1, N, heads, dim]."""
+    ctx = current_context()
+    cache = ctx.cache
+    k_pages, v_pages = cache.layer(module.layer_idx)
+    kv_heads, _, page_size, head_dim = k_pages.shape
+    k_slots = k_pages.view(kv_heads, -1, head_dim)
+    v_slots = v_pages.view(kv_heads, -1, head_dim)
+    k_slots.index_copy_(1, ctx.slot_mapping, key[0].to(k_slots.dtype))
+    v_slots.index_copy_(1, ctx.slot_mapping, value[0].to(v_slots.dtype))
+
+    heads, total = query.shape[1], query.shape[2]
+    group = heads // kv_heads
+    scale = scaling if scaling is not None else head_dim**-0.5
+    out = torch.empty(total, heads, head_dim, dtype=query.dtype, device=query.device)
+
+    d = ctx.num_decode
+    if d:
+        length = ctx.decode_max_pages * page_size
+        keys = k_pages.index_select(1, ctx.decode_page_index).view(kv_heads * d, length, head_dim)
+        values = v_pages.index_select(1, ctx.decode_page_index).view(kv_heads * d, length, head_dim)
+        # heads are grouped by kv head (head h uses kv head h // group), as in repeat_kv
+        q = query[0, :, :d].reshape(kv_heads, group, d, head_dim).transpose(1, 2).reshape(kv_heads * d, group, head_dim)
+        scores = torch.baddbmm(ctx.decode_mask(sliding_window, q.dtype), q, keys.transpose(1, 2), alpha=scale)
+        probs = torch.softmax(scores, dim=-1)
+        attended = torch.bmm(probs, values)  # [kv_heads * d, group, dim]
+        out[:d] = attended.view(kv_heads, d, group, head_dim).permute(1, 0, 2, 3).reshape(d, heads, head_dim)
+
+    for chunk in ctx.prefills:
+        rows = slice(chunk.q_start, chunk.q_start + chunk.q_len)
+        q = query[:, :, rows]
+        if chunk.page_index is None:
+            k, v = key[:, :, rows], value[:, :, rows]
+        else:
+            k = k_pages.index_select(1, chunk.page_index).view(1, kv_heads, -1, head_dim)[:, :, : chunk.context_len]
+            v = v_pages.index_select(1, chunk.page_index).view(1, kv_heads, -1, head_dim)[:, :, : chunk.context_len]
+        mask = None
+        offset = chunk.context_len - chunk.q_len
+        if offset or sliding_window:
+            q_pos = torch.arange(offset, chunk.context_len, device=query.device)[:, None]
+            k_pos = torch.arange(chunk.context_len, device=query.device)[None, :]
+            allowed = k_pos <= q_pos
+            if sliding_window:
+                allowed &= k_pos > q_pos - sliding_window
+            mask = allowed
+        attended = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, is_causal=mask is None, scale=scale, enable_gqa=group > 1
+        )
+        out[rows] = attended[0].transpose(0, 1)
+    return out.unsqueeze(0), None
+
+
+def _no_mask(*args, **kwargs) -> None:
+    """The paged attention builds its own masks; transformers must not build a dense one."""
+    return None
+
+
+def register() -> None:
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
+
+    AttentionInterface.register(ATTENTION_NAME, paged_attention_forward)
+    AttentionMaskInterface.register(ATTENTION_NAME, _no_mask)

@@ -1,0 +1,25 @@
+"""Engine fixtures: the tiny random Llama, loaded once."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def tiny_loaded(tiny_model_dir):
+    from engine.loader import load_model
+
+    return load_model(str(tiny_model_dir))
+
+
+@pytest.fixture
+def make_engine(tiny_loaded):
+    from engine.config import EngineConfig
+    from engine.engine import Engine
+
+    def build(**config) -> Engine:
+        config.setdefault("kv_pages", 64)
+        config.setdefault("page_size", 4)
+        return Engine(tiny_loaded, EngineConfig(**config))
+
+    return build
