@@ -1,0 +1,387 @@
+"""MainWindow: chat tabs over one engine, model loading and swapping, status bar, dialogs; run_studio() starts it."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtGui import QCloseEvent
+from PySide6.QtWidgets import (
+    QApplication,
+    QDockWidget,
+    QFileDialog,
+    QInputDialog,
+    QLabel,
+    QMainWindow,
+    QMessageBox,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.backends import BackendRegistry
+from app.chat_export import ChatDocument, ChatImportError, from_json, to_json, to_markdown
+from app.chat_store import ChatStore
+from app.chat_tabs import ChatTabs
+from app.engine_bridge import EngineBridge, Loader
+from app.event_pump import EventPump
+from app.hub_token import KeyringTokens
+from app.picker_advisor import EngineAdvisor
+from app.reply_router import ReplyRouter
+from app.settings import StudioSettings
+from app.theme import ThemeManager
+from app.window_actions import build_actions
+from engine.loader import ModelInfo, load_model
+from engine.metrics import StepRecord
+from widgets.history_dialog import HistoryDialog
+from widgets.model_choice import ModelChoice
+from widgets.model_picker import ModelPickerDialog
+from widgets.notice_bar import ERROR, INFO, NoticeBar
+from widgets.settings_dialog import SettingsDialog, SettingsValues
+from widgets.status_bar import StudioStatusBar
+
+log = logging.getLogger(__name__)
+
+STATUS_INTERVAL_MS = 250
+FINISH = "finish"  # in-flight replies finish on the old model before the new one takes over
+STOP = "stop"  # in-flight replies are stopped (their text kept) and the new model takes over at once
+
+
+class MainWindow(QMainWindow):
+    def __init__(
+        self,
+        settings: StudioSettings,
+        store: ChatStore | None = None,
+        loader: Loader = load_model,
+        theme: ThemeManager | None = None,
+    ) -> None:
+        super().__init__()
+        self.setWindowTitle("Inference Studio")
+        self.setObjectName("mainWindow")
+        self.settings = settings
+        self.store = store or ChatStore()
+        self.theme = theme
+        self.registry = BackendRegistry(self)
+        self.pump = EventPump(self)
+        self.router = ReplyRouter()
+        self.pump.events_arrived.connect(self.router.dispatch)
+        self.bridge = EngineBridge(self.registry, self.pump, loader)
+        self.tabs = ChatTabs(self.store, self.registry, self.router, self.confirm, self)
+        self.tabs.set_send_key(settings.send_key)
+        self.tabs.set_settings_visible(settings.settings_panel_visible)
+        self.notice = NoticeBar()
+        central = QWidget()
+        column = QVBoxLayout(central)
+        column.setContentsMargins(0, 0, 0, 0)
+        column.setSpacing(0)
+        column.addWidget(self.notice)
+        column.addWidget(self.tabs.widget, 1)
+        self.setCentralWidget(central)
+        self.status = StudioStatusBar()
+        self.setStatusBar(self.status)
+        self.dashboard: QWidget | None = None
+        self.dashboard_dock = self._build_dashboard_dock()
+        self.actions = build_actions(self)
+        self.history_dialog: HistoryDialog | None = None
+        self._swap_policy = FINISH
+        self._step_cursor = 0
+        self._last_step: StepRecord | None = None
+
+        self.bridge.load_started.connect(lambda label: self.status.set_loading(f"Loading {label}…"))
+        self.bridge.load_progress_changed.connect(lambda text: self.status.set_loading(text[:1].upper() + text[1:]))
+        self.bridge.model_ready.connect(self._on_model_ready)
+        self.bridge.model_changed.connect(self._on_model_changed)
+        self.bridge.model_load_failed.connect(self._on_model_load_failed)
+        self.tabs.busy_changed.connect(self._maybe_complete_swap)
+        self.tabs.busy_changed.connect(self.refresh_status)
+        self._status_timer = QTimer(self, interval=STATUS_INTERVAL_MS)
+        self._status_timer.timeout.connect(self.refresh_status)
+        self._status_timer.start()
+        self.tabs.restore()
+        self._restore_geometry()
+
+    # ---- docks for colleagues' panels -------------------------------------------------------
+    def _build_dashboard_dock(self) -> QDockWidget:
+        dock = QDockWidget("Dashboard", self)
+        dock.setObjectName("dashboardDock")
+        placeholder = QLabel("The live engine dashboard appears here once it is installed.")
+        placeholder.setObjectName("placeholder")
+        placeholder.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        dock.setWidget(placeholder)
+        self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, dock)
+        dock.hide()
+        return dock
+
+    def install_dashboard(self, widget: QWidget, show: bool = False) -> QDockWidget:
+        """Put a dashboard widget into the View > Dashboard dock. The widget pulls its data itself, on its own
+        timer, from `self.bridge.metrics()` (the live engine's MetricsRecorder, or None while none is loaded;
+        it changes when a model is swapped: `self.bridge.model_changed`). The self-test grabs it while chats
+        stream and saves it as dashboard.png."""
+        self.dashboard = widget
+        self.dashboard_dock.setWidget(widget)
+        if show:
+            self.dashboard_dock.show()
+        return self.dashboard_dock
+
+    # ---- models -----------------------------------------------------------------------------
+    def load_model(self, choice: ModelChoice, policy: str = FINISH) -> bool:
+        """Load in the background; on success open chats move to it (after their replies finish, or stopping
+        them, per policy); on failure the current model stays. False if a load is already under way."""
+        if not self.bridge.load(choice):
+            self.notice.show_message("A model is already loading; wait for it to finish.", INFO)
+            return False
+        self._swap_policy = policy
+        return True
+
+    def _on_model_ready(self) -> None:
+        if self._swap_policy == STOP:
+            self.tabs.stop_all()
+        count = self.tabs.streaming_count()
+        if count:
+            self.notice.show_message(f"The new model takes over when the {count} reply(ies) being written finish.")
+        self._maybe_complete_swap()
+
+    def _maybe_complete_swap(self) -> None:
+        if self.bridge.swap_pending and self.tabs.streaming_count() == 0:
+            self.bridge.complete_swap()
+
+    def _on_model_changed(self, info: ModelInfo) -> None:
+        self._step_cursor = 0
+        self._last_step = None
+        self.status.set_model(info.name, info.device, info.dtype, info.quantization)
+        self.status.model.setToolTip(info.description)
+        self.setWindowTitle(f"Inference Studio — {info.name}")
+        if self.notice.label.text().startswith("The new model"):
+            self.notice.dismiss()
+        if self.bridge.choice is not None:
+            self.settings.add_recent_model(self.bridge.choice)
+        for controller in self.tabs.controllers:
+            controller.panel.notice.dismiss()
+        self.refresh_status()
+
+    def _on_model_load_failed(self, message: str) -> None:
+        info = self.bridge.info
+        if info is not None:
+            self.status.set_model(info.name, info.device, info.dtype, info.quantization)
+            text = f"Could not load the model: {message}. Still using {info.name}."
+        else:
+            self.status.set_loading(None)
+            self.status.model.setText("no model loaded")
+            text = f"Could not load the model: {message}"
+            for controller in self.tabs.controllers:
+                if controller.busy:
+                    controller.panel.show_error(
+                        f"No model could be loaded ({message}). Your message waits: choose a model "
+                        "(Ctrl+Shift+M), or stop it (Esc)."
+                    )
+        self.notice.show_message(text, ERROR, ("Choose a model…", self.open_model_picker))
+
+    def open_model_picker(self) -> None:
+        current = self.bridge.choice or self.settings.default_model
+        dialog = ModelPickerDialog(EngineAdvisor(), current, self.settings.recent_models, self)
+        if dialog.exec() != ModelPickerDialog.DialogCode.Accepted:
+            return
+        choice = dialog.choice()
+        if dialog.make_default.isChecked():
+            self.settings.default_model = choice
+        policy = FINISH
+        if self.tabs.streaming_count():
+            policy = self._ask_swap_policy()
+            if policy is None:
+                return
+        self.load_model(choice, policy)
+
+    def _ask_swap_policy(self) -> str | None:
+        box = QMessageBox(QMessageBox.Icon.Question, "Switch model", "Replies are still being written.", parent=self)
+        box.setInformativeText("Let them finish on the current model, or stop them now (their text is kept)?")
+        finish = box.addButton("Let them finish", QMessageBox.ButtonRole.AcceptRole)
+        stop = box.addButton("Stop them", QMessageBox.ButtonRole.DestructiveRole)
+        box.addButton(QMessageBox.StandardButton.Cancel)
+        box.exec()
+        return {id(finish): FINISH, id(stop): STOP}.get(id(box.clickedButton()))
+
+    # ---- status -----------------------------------------------------------------------------
+    def refresh_status(self) -> None:
+        recorder = self.bridge.metrics()
+        thread = self.bridge.thread
+        if recorder is None or thread is None:
+            self.status.set_engine_state(0, 0, 0, 0)
+            return
+        snapshot = recorder.snapshot(since_step=self._step_cursor, since_token=1 << 62)
+        self._step_cursor = snapshot.next_step
+        if snapshot.steps:
+            self._last_step = snapshot.steps[-1]
+        page_map = snapshot.page_map
+        if page_map is not None:  # published on every admit, finish and abort: fresher than the last step
+            used, total = sum(1 for owners in page_map.owners if owners), len(page_map.owners)
+        else:
+            used, total = 0, thread.engine.pool.num_pages
+        running = waiting = 0
+        if self.tabs.busy_count(None) and self._last_step is not None:
+            running, waiting = self._last_step.running, self._last_step.waiting
+        self.status.set_engine_state(used, total, running, waiting)
+
+    # ---- chat actions -----------------------------------------------------------------------
+    def confirm(self, title: str, question: str) -> bool:
+        answer = QMessageBox.question(self, title, question)
+        return answer == QMessageBox.StandardButton.Yes
+
+    def stop_current(self) -> None:
+        controller = self.tabs.current
+        if controller is None:
+            return
+        if controller.busy:
+            controller.stop()
+        elif controller.panel.editing_index is not None:
+            controller.panel.edit_notice.dismiss()
+
+    def regenerate_current(self) -> None:
+        if self.tabs.current is not None:
+            self.tabs.current.regenerate()
+
+    def close_current_tab(self) -> None:
+        self.tabs.close_tab(self.tabs.widget.currentIndex())
+
+    def rename_current_dialog(self) -> None:
+        controller = self.tabs.current
+        if controller is None:
+            return
+        title, ok = QInputDialog.getText(self, "Rename chat", "Name", text=controller.title)
+        if ok:
+            controller.rename(title)
+
+    def toggle_settings_panel(self) -> None:
+        visible = self.actions.settings_panel.isChecked()
+        self.settings.settings_panel_visible = visible
+        self.tabs.set_settings_visible(visible)
+
+    # ---- export, import, history ------------------------------------------------------------
+    def export_chat(self, path: Path, fmt: str) -> None:
+        controller = self.tabs.current
+        if controller is None:
+            return
+        document = ChatDocument(controller.title, controller.settings, controller.messages)
+        text = to_markdown(document) if fmt == "md" else to_json(document)
+        try:
+            Path(path).write_text(text, encoding="utf-8")
+        except OSError as exc:
+            self.notice.show_message(f"Could not write {path}: {exc.strerror or exc}", ERROR)
+            return
+        self.notice.show_message(f"Exported “{controller.title}” to {path}.", INFO)
+
+    def export_chat_dialog(self, fmt: str) -> None:
+        controller = self.tabs.current
+        if controller is None:
+            return
+        name = "".join(ch if ch.isalnum() or ch in " -_" else "_" for ch in controller.title).strip() or "chat"
+        filters = "Markdown (*.md)" if fmt == "md" else "JSON (*.json)"
+        path, _ = QFileDialog.getSaveFileName(self, "Export chat", f"{name}.{fmt}", filters)
+        if path:
+            self.export_chat(Path(path), fmt)
+
+    def import_chat(self, path: Path) -> bool:
+        try:
+            document = from_json(Path(path).read_text(encoding="utf-8"), source=str(path))
+        except (OSError, UnicodeDecodeError) as exc:
+            self.notice.show_message(f"Could not read {path}: {exc}", ERROR)
+            return False
+        except ChatImportError as exc:
+            self.notice.show_message(f"Could not import: {exc}", ERROR)
+            return False
+        self.tabs.new_chat(document.settings, document.title, document.messages)
+        return True
+
+    def import_chat_dialog(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Import chat", "", "Chats exported as JSON (*.json)")
+        if path:
+            self.import_chat(Path(path))
+
+    def open_history(self) -> None:
+        if self.history_dialog is None:
+            self.history_dialog = HistoryDialog(self.store.list_chats, self)
+            self.history_dialog.open_requested.connect(self.tabs.open_chat)
+            self.history_dialog.delete_requested.connect(self.delete_chat)
+        self.history_dialog.refresh()
+        self.history_dialog.show()
+        self.history_dialog.raise_()
+
+    def delete_chat(self, chat_id: int) -> None:
+        if not self.confirm("Delete chat", "Delete this chat and all its messages? This cannot be undone."):
+            return
+        self.tabs.close_chat_id(chat_id)
+        self.store.delete_chat(chat_id)
+
+    # ---- settings ---------------------------------------------------------------------------
+    def open_settings(self) -> None:
+        s = self.settings
+        values = SettingsValues(s.theme, s.font_size, s.send_key, s.kv_memory_mib, s.default_model)
+        dialog = SettingsDialog(values, KeyringTokens(), self.bridge.choice, self)
+        if dialog.exec() == SettingsDialog.DialogCode.Accepted:
+            self.apply_settings(dialog.values())
+
+    def apply_settings(self, values: SettingsValues) -> None:
+        s = self.settings
+        s.theme, s.font_size, s.send_key = values.theme, values.font_size, values.send_key
+        s.kv_memory_mib = values.kv_memory_mib
+        s.default_model = values.default_model
+        s.sync()
+        if self.theme is not None:
+            self.theme.set(values.theme, values.font_size)
+        self.tabs.set_send_key(values.send_key)
+
+    # ---- lifetime ---------------------------------------------------------------------------
+    def _restore_geometry(self) -> None:
+        geometry, state = self.settings.window_state()
+        if geometry is not None:
+            self.restoreGeometry(geometry)
+        else:
+            self.resize(1200, 780)
+        if state is not None:
+            self.restoreState(state)
+
+    def closeEvent(self, event: QCloseEvent) -> None:
+        """Stop every reply (keeping its text), stop the engine, remember the window."""
+        self._status_timer.stop()
+        self.settings.save_window_state(self.saveGeometry(), self.saveState())
+        self.settings.sync()
+        self.tabs.shutdown()
+        self.bridge.shutdown()
+        if self.history_dialog is not None:
+            self.history_dialog.close()
+        event.accept()
+
+
+def initial_choice(args: argparse.Namespace, settings: StudioSettings) -> ModelChoice:
+    """--model and its options when given, else the default model from the settings."""
+    if getattr(args, "model", None):
+        return ModelChoice(
+            spec=args.model,
+            dtype=args.dtype,
+            quantization=args.quant,
+            device=args.device,
+            kv_memory_mib=settings.kv_memory_mib,
+        )
+    return settings.default_model
+
+
+def run_studio(args: argparse.Namespace) -> int:
+    """Open the window with the model loading in the background; with --self-test, check it and exit."""
+    if getattr(args, "self_test", False):
+        from app.self_test import isolate_user_data
+
+        isolate_user_data()
+    app = QApplication.instance() or QApplication(["inference-studio"])
+    app.setApplicationName("Inference Studio")
+    app.setDesktopFileName("inference-studio")
+    settings = StudioSettings()
+    theme = ThemeManager(app)
+    theme.set(settings.theme, settings.font_size)
+    window = MainWindow(settings, theme=theme)
+    window.show()
+    window.load_model(initial_choice(args, settings))
+    if getattr(args, "self_test", False):
+        from app.self_test import SelfTest
+
+        return SelfTest(window, getattr(args, "screenshot", None)).run()
+    return app.exec()
