@@ -109,6 +109,14 @@ class ChatController(QObject):
         self.panel.set_settings(settings)
         self._store.update_chat(self.chat_id, settings=settings)
 
+    def set_backend(self, backend_id: str) -> bool:
+        """Write this chat's next replies with another backend (a remote endpoint, say). False while one streams."""
+        if self.busy:
+            return False
+        self.backend_id = backend_id
+        self._store.update_chat(self.chat_id, backend=backend_id)
+        return True
+
     def rename(self, title: str) -> None:
         title = title.strip()
         if title and title != self.title:

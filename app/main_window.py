@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+from dataclasses import replace
 from pathlib import Path
 
 from PySide6.QtCore import Qt, QTimer
@@ -28,6 +29,7 @@ from app.engine_bridge import EngineBridge, Loader
 from app.event_pump import EventPump
 from app.hub_token import KeyringTokens
 from app.picker_advisor import EngineAdvisor
+from app.qt_messages import route_qt_messages
 from app.reply_router import ReplyRouter
 from app.settings import StudioSettings
 from app.theme import ThemeManager
@@ -67,7 +69,8 @@ class MainWindow(QMainWindow):
         self.router = ReplyRouter()
         self.pump.events_arrived.connect(self.router.dispatch)
         self.bridge = EngineBridge(self.registry, self.pump, loader)
-        self.tabs = ChatTabs(self.store, self.registry, self.router, self.confirm, self)
+        # through a lambda: the question is asked by whatever `confirm` is at the time (tests replace it)
+        self.tabs = ChatTabs(self.store, self.registry, self.router, lambda t, q: self.confirm(t, q), self)
         self.tabs.set_send_key(settings.send_key)
         self.tabs.set_settings_visible(settings.settings_panel_visible)
         self.notice = NoticeBar()
@@ -83,6 +86,7 @@ class MainWindow(QMainWindow):
         self.dashboard: QWidget | None = None
         self.dashboard_dock = self._build_dashboard_dock()
         self.actions = build_actions(self)
+        self.tabs.widget.tabBarDoubleClicked.connect(self._rename_tab_at)
         self.history_dialog: HistoryDialog | None = None
         self._swap_policy = FINISH
         self._step_cursor = 0
@@ -139,7 +143,8 @@ class MainWindow(QMainWindow):
             self.tabs.stop_all()
         count = self.tabs.streaming_count()
         if count:
-            self.notice.show_message(f"The new model takes over when the {count} reply(ies) being written finish.")
+            replies = "reply being written finishes" if count == 1 else f"{count} replies being written finish"
+            self.notice.show_message(f"The new model is loaded; it takes over when the {replies}.")
         self._maybe_complete_swap()
 
     def _maybe_complete_swap(self) -> None:
@@ -152,7 +157,7 @@ class MainWindow(QMainWindow):
         self.status.set_model(info.name, info.device, info.dtype, info.quantization)
         self.status.model.setToolTip(info.description)
         self.setWindowTitle(f"Inference Studio — {info.name}")
-        if self.notice.label.text().startswith("The new model"):
+        if self.notice.text.startswith("The new model"):
             self.notice.dismiss()
         if self.bridge.choice is not None:
             self.settings.add_recent_model(self.bridge.choice)
@@ -243,6 +248,11 @@ class MainWindow(QMainWindow):
     def close_current_tab(self) -> None:
         self.tabs.close_tab(self.tabs.widget.currentIndex())
 
+    def _rename_tab_at(self, index: int) -> None:
+        if index >= 0:
+            self.tabs.widget.setCurrentIndex(index)
+            self.rename_current_dialog()
+
     def rename_current_dialog(self) -> None:
         controller = self.tabs.current
         if controller is None:
@@ -315,7 +325,7 @@ class MainWindow(QMainWindow):
     # ---- settings ---------------------------------------------------------------------------
     def open_settings(self) -> None:
         s = self.settings
-        values = SettingsValues(s.theme, s.font_size, s.send_key, s.kv_memory_mib, s.default_model)
+        values = SettingsValues(s.theme, s.font_size, s.send_key, s.default_model.kv_memory_mib, s.default_model)
         dialog = SettingsDialog(values, KeyringTokens(), self.bridge.choice, self)
         if dialog.exec() == SettingsDialog.DialogCode.Accepted:
             self.apply_settings(dialog.values())
@@ -324,7 +334,8 @@ class MainWindow(QMainWindow):
         s = self.settings
         s.theme, s.font_size, s.send_key = values.theme, values.font_size, values.send_key
         s.kv_memory_mib = values.kv_memory_mib
-        s.default_model = values.default_model
+        # the KV budget belongs to the model loaded at start (the picker starts from the current model's own)
+        s.default_model = replace(values.default_model, kv_memory_mib=values.kv_memory_mib)
         s.sync()
         if self.theme is not None:
             self.theme.set(values.theme, values.font_size)
@@ -371,6 +382,7 @@ def run_studio(args: argparse.Namespace) -> int:
         from app.self_test import isolate_user_data
 
         isolate_user_data()
+    route_qt_messages()
     app = QApplication.instance() or QApplication(["inference-studio"])
     app.setApplicationName("Inference Studio")
     app.setDesktopFileName("inference-studio")

@@ -139,10 +139,13 @@ class ModelPickerDialog(QDialog):
                 button = QPushButton("Browse…")
                 button.clicked.connect(browse)
                 grid.addWidget(button, row, 2)
-        token = "uses the hub token stored in Settings" if self.advisor.hub_token_stored() else "no hub token stored"
-        self.hub_note = QLabel(f"Downloaded into the Hugging Face cache; {token}. Private and gated repos need one.")
+        stored = self.advisor.hub_token_stored()
+        note = "Uses the hub token from Settings." if stored else "No hub token stored: public repos only."
+        self.hub_note = QLabel(note)
+        self.hub_note.setToolTip(
+            "Downloaded into the Hugging Face cache. Private and gated repositories need a token (Settings)."
+        )
         self.hub_note.setObjectName("hint")
-        self.hub_note.setWordWrap(True)
         grid.addWidget(self.hub_note, 5, 1, 1, 2)
         grid.setColumnStretch(1, 1)
         return box
