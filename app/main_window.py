@@ -219,7 +219,8 @@ class MainWindow(QMainWindow):
             self._last_step = snapshot.steps[-1]
         page_map = snapshot.page_map
         if page_map is not None:  # published on every admit, finish and abort: fresher than the last step
-            used, total = sum(1 for owners in page_map.owners if owners), len(page_map.owners)
+            used = len({page for _rid, table, _computed in page_map.tables for page in table})
+            total = page_map.num_pages
         else:
             used, total = 0, thread.engine.pool.num_pages
         running = waiting = 0
