@@ -87,7 +87,7 @@ class ChatController(QObject):
             self._reply.cancel()
             self.panel.transcript.set_status(self._reply_index, "stopping…")
             request_id = self._reply.request_id
-            QTimer.singleShot(STOP_GRACE_MS, lambda: self._force_stop(request_id))
+            QTimer.singleShot(STOP_GRACE_MS, self, lambda: self._force_stop(request_id))  # dies with the tab
         elif self._reply_index is not None:  # still queued: nothing was generated, drop the placeholder
             self._truncate(self._reply_index)
             self._reply_index = None
@@ -139,6 +139,10 @@ class ChatController(QObject):
         self.panel.transcript.truncate(keep)
 
     def _start_reply(self) -> None:
+        # a system prompt typed a moment ago may still sit in the panel's typing pause: take it now
+        current = self.panel.sampling.settings()
+        if current != self.settings:
+            self.set_settings(current)
         self._reply_index = self._append(ChatMessage(ASSISTANT, ""))
         self.panel.transcript.scroll_to_end()
         self._set_busy(True)
