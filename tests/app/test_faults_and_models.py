@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.main_window import FINISH, STOP
+from app.model_switcher import FINISH, STOP
 from tests.app.conftest import settings, wait_idle
 from widgets.model_choice import ModelChoice
 

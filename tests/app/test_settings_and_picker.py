@@ -163,3 +163,19 @@ def test_the_picker_reports_a_model_that_does_not_exist(qtbot, tmp_path) -> None
     assert "no model at" in dialog.fits.text() and not dialog.load_button.isEnabled()
     dialog.radios["embedded"].setChecked(True)
     assert dialog.choice().spec == "default" and dialog.load_button.isEnabled()
+
+
+def test_the_picker_offers_recent_models_with_their_options(qtbot, tiny_model_dir) -> None:
+    recent = [ModelChoice(spec=str(tiny_model_dir), dtype="bfloat16", device="cpu", kv_memory_mib=96), ModelChoice()]
+    dialog = ModelPickerDialog(EngineAdvisor(), ModelChoice(), recent)
+    qtbot.addWidget(dialog)
+    assert dialog.source == "embedded"
+    dialog.radios["recent"].setChecked(True)
+    assert dialog.choice() == recent[0]
+    dialog.sources.recent.setCurrentIndex(1)
+    assert dialog.choice().spec == "default"
+    dialog.sources.edits["hub"].setText("org/model")
+    dialog.sources.edits["hub"].textEdited.emit("org/model")
+    assert dialog.source == "hub" and dialog.choice().spec == "org/model"
+    assert dialog.estimate_button.isVisibleTo(dialog)  # hub repos are estimated on request, not on typing
+    assert dialog.load_button.isEnabled()
