@@ -85,7 +85,7 @@ class MainWindow(QMainWindow):
         self.history_dialog: HistoryDialog | None = None
         self.switcher = ModelSwitcher(self, self.bridge, self.tabs, self.notice, self.status, settings)
         self.engine_status = EngineStatus(self.status, self.bridge, self.tabs, self)
-        self.tabs.restore()
+        self.tabs.restore(settings.current_chat)
         self._restore_geometry()
 
     # ---- docks for colleagues' panels -------------------------------------------------------
@@ -249,6 +249,7 @@ class MainWindow(QMainWindow):
         """Stop every reply (keeping its text), stop the engine, remember the window."""
         self.engine_status.stop()
         self.settings.save_window_state(self.saveGeometry(), self.saveState())
+        self.settings.current_chat = self.tabs.current.chat_id if self.tabs.current else None
         self.settings.sync()
         self.tabs.shutdown()
         self.bridge.shutdown()
