@@ -130,6 +130,7 @@ class SelfTest(QObject):
     def _save(self, widget: QWidget, name: str) -> None:
         if self.folder is None:
             return
+        self.window.refresh_status()  # the status bar's own timer may not have run since the last step
         QApplication.processEvents()
         widget.grab().save(str(self.folder / name))
 
