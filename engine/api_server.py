@@ -16,6 +16,7 @@ from dataclasses import replace
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from engine.engine import TokenEvent
@@ -53,6 +54,7 @@ class ApiServer:
         self.context_length: int = worker.engine.context_length
         self.created = int(time.time())
         self.bridge: AsyncEventBridge | None = None
+        self.active: dict[str, RequestHandle] = {}  # requests being answered, by id
         self.registry = CollectorRegistry()
         self.registry.register(EngineCollector(worker.metrics, model_name, live=self._live_state))
 
@@ -117,7 +119,31 @@ class ApiServer:
         except BaseException:
             self.bridge.unregister(request_id)
             raise
+        self.active[request_id] = handle
         return handle, queue
+
+    def cancel_all(self) -> None:
+        """Cancel every request being answered (the server is stopping); thread-safe."""
+        for handle in list(self.active.values()):
+            handle.cancel()
+
+    async def events(self, handle: RequestHandle, queue: asyncio.Queue) -> AsyncIterator[TokenEvent]:
+        assert self.bridge is not None
+        try:
+            async with contextlib.aclosing(self.bridge.stream(handle, queue)) as events:
+                async for event in events:
+                    yield event
+        finally:
+            self.active.pop(handle.request_id, None)
+
+    @staticmethod
+    def failure(event: TokenEvent) -> ApiError | None:
+        """Why a finished request has no proper answer: the engine failed, or the server cancelled it."""
+        if event.finish_reason == "error":
+            return ApiError(500, event.error or "the engine failed", type="server_error")
+        if event.finish_reason == "abort":
+            return ApiError(503, "the request was cancelled: the server is stopping", type="server_error")
+        return None
 
     def _usage(self, handle: RequestHandle, final: TokenEvent) -> dict:
         stats = final.stats
@@ -126,7 +152,6 @@ class ApiServer:
 
     async def whole(self, request: Request, gen: GenerationRequest, writer: ResponseWriter) -> dict:
         handle, queue = await self.submit(gen, writer.id)
-        assert self.bridge is not None
 
         async def cancel_when_client_leaves() -> None:
             while not await request.is_disconnected():
@@ -138,40 +163,55 @@ class ApiServer:
         parts: list[str] = []
         final: TokenEvent | None = None
         try:
-            async with contextlib.aclosing(self.bridge.stream(handle, queue)) as events:
+            async with contextlib.aclosing(self.events(handle, queue)) as events:
                 async for event in events:
                     parts.append(event.text)
                     final = event if event.finished else final
         finally:
             watcher.cancel()
         assert final is not None
-        if final.finish_reason == "error":
-            raise ApiError(500, final.error or "the engine failed", type="server_error")
+        failure = self.failure(final)
+        if failure is not None:
+            raise failure
         return writer.whole("".join(parts), final.finish_reason, self._usage(handle, final))
 
-    async def stream(self, gen: GenerationRequest, writer: ResponseWriter) -> AsyncIterator[str]:
+    async def stream(self, gen: GenerationRequest, writer: ResponseWriter) -> StreamingResponse:
         handle, queue = await self.submit(gen, writer.id)
-        assert self.bridge is not None
-        return self._sse_events(gen, writer, handle, queue)
+        headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        # The background task runs after the response, even when the client left before the first chunk and the
+        # generator never started (its own cleanup would then never run).
+        return StreamingResponse(
+            self._sse_events(gen, writer, handle, queue),
+            media_type="text/event-stream",
+            headers=headers,
+            background=BackgroundTask(self.release, handle),
+        )
+
+    def release(self, handle: RequestHandle) -> None:
+        """Forget a request whose response has ended; cancel it if it still runs (nobody is listening)."""
+        if self.bridge is not None:
+            self.bridge.unregister(handle.request_id)
+        self.active.pop(handle.request_id, None)
+        if not handle.done:
+            handle.cancel()
 
     async def _sse_events(
         self, gen: GenerationRequest, writer: ResponseWriter, handle: RequestHandle, queue: asyncio.Queue
     ) -> AsyncIterator[str]:
-        assert self.bridge is not None
         with_usage = gen.include_usage
         if gen.kind == "chat":
             yield _sse(writer.chunk("", first=True, with_usage=with_usage))
         # aclosing: when the client disconnects, Starlette cancels this generator, and the engine request must
         # be cancelled with it (the bridge's stream does that in its finally)
-        async with contextlib.aclosing(self.bridge.stream(handle, queue)) as events:
+        async with contextlib.aclosing(self.events(handle, queue)) as events:
             async for event in events:
                 if event.text:
                     yield _sse(writer.chunk(event.text, with_usage=with_usage))
                 if not event.finished:
                     continue
-                if event.finish_reason == "error":
-                    error = ApiError(500, event.error or "the engine failed", type="server_error")
-                    yield _sse(error.body())
+                failure = self.failure(event)
+                if failure is not None:
+                    yield _sse(failure.body())
                     break
                 yield _sse(writer.chunk(None, event.finish_reason, with_usage=with_usage))
                 if with_usage:
@@ -249,9 +289,7 @@ def create_app(worker: EngineThread, model_name: str, *, api_key: str | None = N
         server.check_alive()
         writer = ResponseWriter(gen.kind, f"{id_prefix}-{uuid.uuid4().hex}", model_name)
         if gen.stream:
-            events = await server.stream(gen, writer)
-            headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-            return StreamingResponse(events, media_type="text/event-stream", headers=headers)
+            return await server.stream(gen, writer)
         return JSONResponse(await server.whole(request, gen, writer))
 
     @app.post("/v1/chat/completions", dependencies=authorized)
