@@ -71,6 +71,7 @@ class RemoteClient:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._ready = threading.Event()
+        self._stopped = False
         self._include_usage = True  # dropped after a server refuses stream_options
         self._last_scrape: RemoteMetricsSnapshot | None = None
 
@@ -79,6 +80,8 @@ class RemoteClient:
 
     # ---- lifecycle --------------------------------------------------------------------------
     def start(self) -> RemoteClient:
+        if self._stopped:
+            raise RemoteError(f"the connection to {self.name} was closed; create a new client")
         with self._lock:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run_loop, name=f"remote-{self.name}", daemon=True)
@@ -102,6 +105,7 @@ class RemoteClient:
 
     def shutdown(self, timeout: float = 10.0) -> None:
         """Cancel every open request and stop the loop thread."""
+        self._stopped = True
         loop, thread = self._loop, self._thread
         if loop is None or thread is None or not thread.is_alive():
             return

@@ -296,3 +296,12 @@ def test_endpoint_keys_live_in_the_keyring(memory_keyring, tiny_server: ServedSt
     assert memory_keyring.store == {}
     with pytest.raises(RemoteError, match="needs a name"):
         Endpoint(" ", "http://x")
+
+
+def test_a_closed_client_says_so() -> None:
+    client = RemoteClient("http://127.0.0.1:9", model="m", name="box").start()
+    client.shutdown()
+    assert not client.alive
+    with pytest.raises(RemoteError, match="connection to box was closed"):
+        client.submit(messages=HELLO)
+    client.shutdown()  # again: harmless
