@@ -74,6 +74,9 @@ class RemoteClient:
         self._stopped = False
         self._include_usage = True  # dropped after a server refuses stream_options
         self._last_scrape: RemoteMetricsSnapshot | None = None
+        self._poller: asyncio.Future | None = None
+        #: the newest scrape of the remote's /metrics (poll_metrics keeps it fresh); None before the first
+        self.latest_metrics: RemoteMetricsSnapshot | None = None
 
     def __repr__(self) -> str:  # no key in reprs: they end up in logs and tracebacks
         return f"RemoteClient({self.name!r}, {self.base_url!r}, model={self.model!r})"
@@ -112,6 +115,8 @@ class RemoteClient:
 
         async def stop() -> None:
             tasks = list(self._tasks.values())
+            if self._poller is not None:
+                tasks.append(self._poller)
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -183,20 +188,42 @@ class RemoteClient:
     def scrape_metrics(self, model: str | None = None) -> RemoteMetricsSnapshot:
         """The remote's own view (KV cache, queue, TTFT) if it serves vLLM-style /metrics; otherwise a snapshot
         saying that only client-side timings are available."""
+        return self._call(self._scrape(model), self.connect_timeout_s + self.read_timeout_s)
 
-        async def scrape() -> RemoteMetricsSnapshot:
-            try:
-                response = await self._get(f"{self.root_url}/metrics")
-            except RemoteError as exc:
-                return unavailable(str(exc))
+    async def _scrape(self, model: str | None = None) -> RemoteMetricsSnapshot:
+        try:
+            response = await self._get(f"{self.root_url}/metrics")
+        except RemoteError as exc:
+            snapshot = unavailable(str(exc))
+        else:
             if response.status_code != 200:
-                return unavailable(f"GET /metrics answered {response.status_code}")
-            snapshot = parse_vllm_metrics(response.text, model or self.model, self._last_scrape)
-            if snapshot.available:
-                self._last_scrape = snapshot
-            return snapshot
+                snapshot = unavailable(f"GET /metrics answered {response.status_code}")
+            else:
+                snapshot = parse_vllm_metrics(response.text, model or self.model, self._last_scrape)
+        if snapshot.available:
+            self._last_scrape = snapshot
+        self.latest_metrics = snapshot
+        return snapshot
 
-        return self._call(scrape(), self.connect_timeout_s + self.read_timeout_s)
+    def poll_metrics(self, interval_s: float | None = 1.0) -> None:
+        """Scrape /metrics every interval_s in the background (None stops); read `latest_metrics` any time, from
+        any thread, without waiting (the dashboard's timer does)."""
+
+        async def poll(interval: float) -> None:
+            while True:
+                await self._scrape()
+                await asyncio.sleep(interval)
+
+        def switch() -> None:
+            if self._poller is not None:
+                self._poller.cancel()
+                self._poller = None
+            if interval_s is not None:
+                self._poller = asyncio.ensure_future(poll(interval_s))
+
+        self.start()
+        assert self._loop is not None
+        self._loop.call_soon_threadsafe(switch)
 
     # ---- requests ---------------------------------------------------------------------------
     def submit(

@@ -97,6 +97,14 @@ def test_the_remote_reports_vllm_metrics(remote: RemoteClient) -> None:
     remote.submit(messages=HELLO, params=SamplingParams(max_tokens=4, ignore_eos=True)).result(timeout=60)
     second = remote.scrape_metrics()
     assert second.ttft_count == first.ttft_count + 1 and second.ttft_mean_s > 0
+    # in the background, for a dashboard timer that must not wait on the network
+    remote.latest_metrics = None
+    remote.poll_metrics(0.05)
+    deadline = time.monotonic() + 30
+    while remote.latest_metrics is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    remote.poll_metrics(None)
+    assert remote.latest_metrics is not None and remote.latest_metrics.available
 
 
 def test_a_wrong_key_is_a_clear_error(tiny_server: ServedStudio, server_api_key: str, caplog) -> None:
