@@ -7,6 +7,7 @@ import ipaddress
 import logging
 import socket
 import threading
+import time
 from collections.abc import Callable
 
 import uvicorn
@@ -81,7 +82,7 @@ class HttpServer:
 
     def _announce(self, on_ready: Callable[[str], None]) -> None:
         while not self._server.started and not self._server.should_exit:
-            threading.Event().wait(0.02)
+            time.sleep(0.02)
         if self._server.started:
             on_ready(self.url)
 
