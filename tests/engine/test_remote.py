@@ -3,14 +3,10 @@ fail, stall or serve no metrics: same events as the local engine, clear messages
 
 from __future__ import annotations
 
-import json
 import logging
 import socket
 import threading
 import time
-from collections.abc import Callable
-from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -20,6 +16,7 @@ from engine.remote import RemoteClient
 from engine.remote_metrics import CLIENT_SIDE_ONLY
 from engine.request import SamplingParams
 from tests.serving import ServedStudio
+from tests.stub_server import answer, stub_server
 
 HELLO = [{"role": "user", "content": "hello world"}]
 
@@ -137,42 +134,6 @@ def test_real_text_from_the_embedded_model(embedded_server: ServedStudio) -> Non
 
 
 # ---- stub servers ---------------------------------------------------------------------------------
-
-
-@contextmanager
-def stub_server(handle: Callable[[BaseHTTPRequestHandler], None]):
-    """A tiny HTTP server answering every request with `handle`; yields its base URL."""
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            handle(self)
-
-        def do_POST(self) -> None:
-            length = int(self.headers.get("Content-Length", 0))
-            self.body = json.loads(self.rfile.read(length) or b"{}")
-            handle(self)
-
-        def log_message(self, *args) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
-def answer(request: BaseHTTPRequestHandler, status: int, body: object) -> None:
-    data = json.dumps(body).encode()
-    request.send_response(status)
-    request.send_header("Content-Type", "application/json")
-    request.send_header("Content-Length", str(len(data)))
-    request.end_headers()
-    request.wfile.write(data)
 
 
 def test_a_server_error_is_reported_in_the_event() -> None:
