@@ -111,24 +111,35 @@ def run_static(model, tokenizer, workload: Workload, start: float) -> SystemResu
     )
 
 
-def run_generate_batch(model, tokenizer, workload: Workload, start: float) -> SystemResult:
-    """transformers' own continuous batching: its manager, requests added as they arrive."""
+def run_generate_batch(
+    model, tokenizer, workload: Workload, start: float, kv_memory_bytes: int = 512 * 1024**2
+) -> SystemResult:
+    """transformers' own continuous batching: its manager, requests added as they arrive, with the same KV
+    memory budget as the engine (by default it sizes its cache from free RAM, taking most of it)."""
     from transformers import GenerationConfig
+    from transformers.generation.configuration_utils import ContinuousBatchingConfig
 
     config = GenerationConfig(do_sample=False, max_new_tokens=max(r.max_new_tokens for r in workload.requests))
+    text = model.config.get_text_config()
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+    kv_heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
+    per_token = text.num_hidden_layers * 2 * kv_heads * head_dim * next(model.parameters()).element_size()
+    cb_config = ContinuousBatchingConfig()
+    tokens = min(kv_memory_bytes // per_token, 65536)  # its other buffers grow with the block count too
+    cb_config.num_blocks = max(8, tokens // cb_config.page_size)
     never = -1  # an EOS id no token has, so every request makes exactly its max_new_tokens
     timings: dict[str, tuple[int, float]] = {}
     results: dict[str, object] = {}
     with standard_attention(model), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        manager = model.init_continuous_batching(generation_config=config)
+        manager = model.init_continuous_batching(generation_config=config, continuous_batching_config=cb_config)
         manager.start()
         try:
             # The manager's first request pays a one-time setup (cache sizing, allocation) of many seconds;
             # like every system here, it is measured warm.
             manager.add_request([1, 2, 3], request_id="warm-up", max_new_tokens=2, eos_token_id=never)
             while not ((result := manager.get_result(timeout=0.05)) is not None and result.is_finished()):
-                pass
+                _check_running(manager)
             start = time.perf_counter()
             pending = sorted(enumerate(workload.requests), key=lambda item: item[1].arrival_s)
             while pending or len(results) < len(workload.requests):
@@ -144,7 +155,9 @@ def run_generate_batch(model, tokenizer, workload: Workload, start: float) -> Sy
                     )
                     timings[rid] = (index, start + request.arrival_s)
                 result = manager.get_result(timeout=0.01)
-                if result is not None and result.is_finished():
+                if result is None:
+                    _check_running(manager)
+                elif result.is_finished():
                     if result.error:
                         raise RuntimeError(f"generate_batch failed: {result.error}")
                     results[result.request_id] = result
@@ -184,6 +197,11 @@ def run_llama_cpp(gguf_path: str, tokenizer, workload: Workload, start: float, t
         timings.append(RequestTiming(arrival, times))
         outputs.append(tokens)
     return SystemResult("llama-cpp-python", time.perf_counter() - start, timings, outputs)
+
+
+def _check_running(manager) -> None:
+    if not manager.is_running():
+        raise RuntimeError("transformers' continuous batching thread stopped (see its log above)")
 
 
 def _sleep_until(moment: float) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.util
 import time
 from collections.abc import Callable
@@ -82,7 +83,11 @@ def run_workload(
             )
             continue
         try:
-            results.append(runners[name](loaded.model, loaded.tokenizer, workload, time.perf_counter()))
+            run = runners[name]
+            if name == "generate-batch":
+                kv_bytes = config.kv_memory_bytes if config.kv_pages is None else None
+                run = functools.partial(run, kv_memory_bytes=kv_bytes or 512 * 1024**2)
+            results.append(run(loaded.model, loaded.tokenizer, workload, time.perf_counter()))
         except Exception as exc:  # a baseline that breaks must not take the engine's numbers with it
             results.append(SystemResult(name, 0, [], skipped=f"{type(exc).__name__}: {exc}"))
     rows = [r.summary() for r in results]
