@@ -4,6 +4,7 @@ completions with and without streaming, concurrency, disconnects, bad requests, 
 from __future__ import annotations
 
 import json
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -127,8 +128,23 @@ def test_eight_concurrent_streams_all_complete_and_preemption_moves(
                 reason = chunk.choices[0].finish_reason
         return text, reason, first, last
 
+    peaks = {"vllm:num_requests_running": 0.0, "vllm:num_requests_waiting": 0.0}
+    done = threading.Event()
+
+    def watch() -> None:  # the gauges while the streams run: batched together, and some preempted back to waiting
+        while not done.is_set():
+            current = tiny_server.metrics()
+            for name in peaks:
+                peaks[name] = max(peaks[name], current[name])
+            time.sleep(0.02)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
     with ThreadPoolExecutor(8) as pool:
         results = list(pool.map(stream, range(8)))
+    done.set()
+    watcher.join()
+    assert peaks["vllm:num_requests_running"] > 1 and peaks["vllm:num_requests_waiting"] >= 1
     assert [reason for _, reason, _, _ in results] == ["length"] * 8
     assert max(first for _, _, first, _ in results) < min(last for _, _, _, last in results)  # they overlapped
     after = tiny_server.metrics()
