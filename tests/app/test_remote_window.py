@@ -184,4 +184,4 @@ def test_a_taken_port_is_reported_and_the_toggle_goes_off(make_window, qtbot) ->
         window.remote.server_settings.port = taken.getsockname()[1]
         window.remote.serve_action.setChecked(True)
         assert not window.remote.serve_action.isChecked()
-        assert "could not start" in window.notice.label.text() and "cannot listen" in window.notice.label.text()
+        assert "could not start" in window.notice.text and "cannot listen" in window.notice.text
