@@ -7,7 +7,7 @@ import logging
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from PySide6.QtCore import QObject, QTimer
+from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QLabel, QMenu
 
@@ -56,6 +56,13 @@ def describe_remote_metrics(label: str, snapshot: RemoteMetricsSnapshot | None) 
 
 
 class RemoteFeatures(QObject):
+    """Hook for the dashboard: `remote_client_changed` fires with the current chat's RemoteClient (None when the
+    chat uses this computer's engine). Its `metrics.snapshot` is a dashboard SnapshotSource of client-side token
+    timings; its `latest_metrics` (RemoteMetricsSnapshot, refreshed every second while the chat is current) holds
+    what the server itself reports, or says that only client-side timings are available."""
+
+    remote_client_changed = Signal(object)  # RemoteClient | None
+
     def __init__(self, window: MainWindow) -> None:
         super().__init__(window)
         self.window = window
@@ -189,7 +196,12 @@ class RemoteFeatures(QObject):
             self._polled = client
             if client is not None:
                 client.poll_metrics(REMOTE_STATUS_MS / 1000)
+            self.remote_client_changed.emit(client)
         self.refresh_remote_status()
+
+    def current_client(self) -> RemoteClient | None:
+        """The current chat's remote client, or None when it talks to this computer's engine."""
+        return self._polled
 
     def refresh_remote_status(self) -> None:
         client = self._polled

@@ -70,8 +70,12 @@ def test_the_status_bar_shows_what_the_remote_reports(window_with_remote, qtbot)
     label = window.remote.remote_label
     qtbot.waitUntil(lambda: "KV" in label.text(), timeout=30_000)
     assert label.text().startswith("tiny @ studio") and "running" in label.text()
+    client = window.remote.current_client()  # what a dashboard reads for a remote chat
+    assert client.latest_metrics.available and client.metrics.snapshot().steps == []
+    switched = []
+    window.remote.remote_client_changed.connect(switched.append)
     window.remote.choose_backend(LOCAL)
-    assert not label.isVisible()
+    assert not label.isVisible() and switched == [None] and window.remote.current_client() is None
 
 
 def test_keys_live_in_the_keyring_only(window_with_remote, memory_keyring, server_api_key, studio_home, caplog):
