@@ -69,7 +69,8 @@ class ServerDialog(QDialog):
         layout.addWidget(self.buttons)
         self.require_key.toggled.connect(lambda _on: self._show_state())
         self._show_state()
-        self.resize(460, 0)
+        self.setMinimumWidth(460)
+        self.adjustSize()
 
     def _show_state(self, text: str | None = None) -> None:
         self.key.setEnabled(self.require_key.isChecked())
