@@ -87,7 +87,7 @@ class ChatController(QObject):
             self._reply.cancel()
             self.panel.transcript.set_status(self._reply_index, "stopping…")
             request_id = self._reply.request_id
-            QTimer.singleShot(STOP_GRACE_MS, lambda: self._force_stop(request_id))
+            QTimer.singleShot(STOP_GRACE_MS, self, lambda: self._force_stop(request_id))  # dies with the tab
         elif self._reply_index is not None:  # still queued: nothing was generated, drop the placeholder
             self._truncate(self._reply_index)
             self._reply_index = None
@@ -108,6 +108,14 @@ class ChatController(QObject):
         self.settings = settings
         self.panel.set_settings(settings)
         self._store.update_chat(self.chat_id, settings=settings)
+
+    def set_backend(self, backend_id: str) -> bool:
+        """Write this chat's next replies with another backend (a remote endpoint, say). False while one streams."""
+        if self.busy:
+            return False
+        self.backend_id = backend_id
+        self._store.update_chat(self.chat_id, backend=backend_id)
+        return True
 
     def rename(self, title: str) -> None:
         title = title.strip()
@@ -131,6 +139,10 @@ class ChatController(QObject):
         self.panel.transcript.truncate(keep)
 
     def _start_reply(self) -> None:
+        # a system prompt typed a moment ago may still sit in the panel's typing pause: take it now
+        current = self.panel.sampling.settings()
+        if current != self.settings:
+            self.set_settings(current)
         self._reply_index = self._append(ChatMessage(ASSISTANT, ""))
         self.panel.transcript.scroll_to_end()
         self._set_busy(True)

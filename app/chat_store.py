@@ -74,11 +74,20 @@ class ChatStore:
         )
         return int(cursor.lastrowid)
 
-    def update_chat(self, chat_id: int, *, title: str | None = None, settings: ChatSettings | None = None) -> None:
+    def update_chat(
+        self,
+        chat_id: int,
+        *,
+        title: str | None = None,
+        settings: ChatSettings | None = None,
+        backend: str | None = None,
+    ) -> None:
         if title is not None:
             self._db.execute("UPDATE chats SET title = ?, updated = ? WHERE id = ?", (title, time.time(), chat_id))
         if settings is not None:
             self._db.execute("UPDATE chats SET settings = ? WHERE id = ?", (json.dumps(settings.to_dict()), chat_id))
+        if backend is not None:
+            self._db.execute("UPDATE chats SET backend = ? WHERE id = ?", (backend, chat_id))
 
     def delete_chat(self, chat_id: int) -> None:
         self._db.execute("DELETE FROM chats WHERE id = ?", (chat_id,))

@@ -103,15 +103,17 @@ class ChatTabs(QObject):
         chat = self._store.load_chat(chat_id)
         return self._add(chat) if chat is not None else None
 
-    def restore(self) -> None:
-        """Reopen the tabs that were open last time, or start with one empty chat."""
+    def restore(self, current_chat: int | None = None) -> None:
+        """Reopen the tabs that were open last time, in their order and with the same one in front,
+        or start with one empty chat."""
         for chat_id in self._store.open_tabs():
             chat = self._store.load_chat(chat_id)
             if chat is not None:
                 self._add(chat, select=False)
         if not self.controllers:
             self.new_chat()
-        self.widget.setCurrentIndex(0)
+        front = [c for c in self.controllers if c.chat_id == current_chat]
+        self.widget.setCurrentWidget(front[0].panel if front else self.controllers[0].panel)
 
     def _add(self, chat: StoredChat, select: bool = True) -> ChatController:
         controller = ChatController(chat, self._store, self._registry, self._router)

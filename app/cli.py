@@ -66,7 +66,7 @@ def load_options_from(args: argparse.Namespace):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from app import generate_command
+    from app import bench_command, generate_command, serve_command
 
     parser = argparse.ArgumentParser(
         prog="inference-studio",
@@ -83,6 +83,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     generate = sub.add_parser("generate", help="run prompts through the engine, batched, and print the replies")
     generate_command.configure(generate)
+
+    bench = sub.add_parser("bench", help="measure the engine against transformers baselines, side by side")
+    bench_command.configure(bench)
+
+    serve = sub.add_parser("serve", help="serve the model over an OpenAI-compatible HTTP API, with /metrics")
+    serve_command.configure(serve)
     return parser
 
 

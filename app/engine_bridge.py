@@ -82,17 +82,27 @@ class EngineBridge(QObject):
     def _load(self, choice: ModelChoice) -> None:
         options = LoadOptions(dtype=choice.dtype, quantization=choice.quantization, device=choice.device)
         try:
-            loaded = self._loader(choice.spec, options, progress=self.load_progress_changed.emit)
-            self.load_progress_changed.emit("allocating the KV cache")
+            loaded = self._loader(choice.spec, options, progress=self._report_progress)
+            self._report_progress("allocating the KV cache")
             engine = Engine(loaded, EngineConfig(kv_memory_bytes=choice.kv_memory_bytes))
         except StudioError as exc:
-            self._failed.emit(str(exc))
+            self._send(self._failed, str(exc))
             return
         except Exception as exc:  # a bug or an exotic model: say what happened, keep the window
             log.exception("loading %s failed", choice.spec)
-            self._failed.emit(f"could not load {choice.label}: {type(exc).__name__}: {exc}")
+            self._send(self._failed, f"could not load {choice.label}: {type(exc).__name__}: {exc}")
             return
-        self._loaded.emit((choice, engine))
+        self._send(self._loaded, (choice, engine))
+
+    def _report_progress(self, text: str) -> None:
+        self._send(self.load_progress_changed, text)
+
+    @staticmethod
+    def _send(signal, value) -> None:
+        try:
+            signal.emit(value)
+        except RuntimeError:  # the window was closed while the model loaded: nobody is listening
+            log.debug("load finished after the window closed")
 
     def _on_loaded(self, result: tuple[ModelChoice, Engine]) -> None:
         self._loading = None

@@ -1,12 +1,13 @@
-"""MainWindow: chat tabs over one engine, model loading and swapping, status bar, dialogs; run_studio() starts it."""
+"""MainWindow: chat tabs over one engine, notices, status bar, docks and dialogs; run_studio() starts it."""
 
 from __future__ import annotations
 
 import argparse
 import logging
+from dataclasses import replace
 from pathlib import Path
 
-from PySide6.QtCore import Qt, QTimer
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QCloseEvent
 from PySide6.QtWidgets import (
     QApplication,
@@ -25,27 +26,24 @@ from app.chat_export import ChatDocument, ChatImportError, from_json, to_json, t
 from app.chat_store import ChatStore
 from app.chat_tabs import ChatTabs
 from app.engine_bridge import EngineBridge, Loader
+from app.engine_status import EngineStatus
 from app.event_pump import EventPump
 from app.hub_token import KeyringTokens
-from app.picker_advisor import EngineAdvisor
+from app.model_switcher import FINISH, ModelSwitcher
+from app.qt_messages import route_qt_messages
+from app.remote_features import RemoteFeatures
 from app.reply_router import ReplyRouter
 from app.settings import StudioSettings
 from app.theme import ThemeManager
 from app.window_actions import build_actions
-from engine.loader import ModelInfo, load_model
-from engine.metrics import StepRecord
+from engine.loader import load_model
 from widgets.history_dialog import HistoryDialog
 from widgets.model_choice import ModelChoice
-from widgets.model_picker import ModelPickerDialog
 from widgets.notice_bar import ERROR, INFO, NoticeBar
 from widgets.settings_dialog import SettingsDialog, SettingsValues
 from widgets.status_bar import StudioStatusBar
 
 log = logging.getLogger(__name__)
-
-STATUS_INTERVAL_MS = 250
-FINISH = "finish"  # in-flight replies finish on the old model before the new one takes over
-STOP = "stop"  # in-flight replies are stopped (their text kept) and the new model takes over at once
 
 
 class MainWindow(QMainWindow):
@@ -67,7 +65,8 @@ class MainWindow(QMainWindow):
         self.router = ReplyRouter()
         self.pump.events_arrived.connect(self.router.dispatch)
         self.bridge = EngineBridge(self.registry, self.pump, loader)
-        self.tabs = ChatTabs(self.store, self.registry, self.router, self.confirm, self)
+        # through a lambda: the question is asked by whatever `confirm` is at the time (tests replace it)
+        self.tabs = ChatTabs(self.store, self.registry, self.router, lambda t, q: self.confirm(t, q), self)
         self.tabs.set_send_key(settings.send_key)
         self.tabs.set_settings_visible(settings.settings_panel_visible)
         self.notice = NoticeBar()
@@ -83,22 +82,12 @@ class MainWindow(QMainWindow):
         self.dashboard: QWidget | None = None
         self.dashboard_dock = self._build_dashboard_dock()
         self.actions = build_actions(self)
+        self.tabs.widget.tabBarDoubleClicked.connect(self._rename_tab_at)
         self.history_dialog: HistoryDialog | None = None
-        self._swap_policy = FINISH
-        self._step_cursor = 0
-        self._last_step: StepRecord | None = None
-
-        self.bridge.load_started.connect(lambda label: self.status.set_loading(f"Loading {label}…"))
-        self.bridge.load_progress_changed.connect(lambda text: self.status.set_loading(text[:1].upper() + text[1:]))
-        self.bridge.model_ready.connect(self._on_model_ready)
-        self.bridge.model_changed.connect(self._on_model_changed)
-        self.bridge.model_load_failed.connect(self._on_model_load_failed)
-        self.tabs.busy_changed.connect(self._maybe_complete_swap)
-        self.tabs.busy_changed.connect(self.refresh_status)
-        self._status_timer = QTimer(self, interval=STATUS_INTERVAL_MS)
-        self._status_timer.timeout.connect(self.refresh_status)
-        self._status_timer.start()
-        self.tabs.restore()
+        self.switcher = ModelSwitcher(self, self.bridge, self.tabs, self.notice, self.status, settings)
+        self.engine_status = EngineStatus(self.status, self.bridge, self.tabs, self)
+        self.tabs.restore(settings.current_chat)
+        self.remote = RemoteFeatures(self)  # remote endpoints per chat, the API server toggle (issue 5)
         self._restore_geometry()
 
     # ---- docks for colleagues' panels -------------------------------------------------------
@@ -117,110 +106,22 @@ class MainWindow(QMainWindow):
         """Put a dashboard widget into the View > Dashboard dock. The widget pulls its data itself, on its own
         timer, from `self.bridge.metrics()` (the live engine's MetricsRecorder, or None while none is loaded;
         it changes when a model is swapped: `self.bridge.model_changed`). The self-test grabs it while chats
-        stream and saves it as dashboard.png."""
+        stream and saves it as dashboard-streaming.png."""
         self.dashboard = widget
         self.dashboard_dock.setWidget(widget)
         if show:
             self.dashboard_dock.show()
         return self.dashboard_dock
 
-    # ---- models -----------------------------------------------------------------------------
+    # ---- models and status ----------------------------------------------------------------
     def load_model(self, choice: ModelChoice, policy: str = FINISH) -> bool:
-        """Load in the background; on success open chats move to it (after their replies finish, or stopping
-        them, per policy); on failure the current model stays. False if a load is already under way."""
-        if not self.bridge.load(choice):
-            self.notice.show_message("A model is already loading; wait for it to finish.", INFO)
-            return False
-        self._swap_policy = policy
-        return True
-
-    def _on_model_ready(self) -> None:
-        if self._swap_policy == STOP:
-            self.tabs.stop_all()
-        count = self.tabs.streaming_count()
-        if count:
-            self.notice.show_message(f"The new model takes over when the {count} reply(ies) being written finish.")
-        self._maybe_complete_swap()
-
-    def _maybe_complete_swap(self) -> None:
-        if self.bridge.swap_pending and self.tabs.streaming_count() == 0:
-            self.bridge.complete_swap()
-
-    def _on_model_changed(self, info: ModelInfo) -> None:
-        self._step_cursor = 0
-        self._last_step = None
-        self.status.set_model(info.name, info.device, info.dtype, info.quantization)
-        self.status.model.setToolTip(info.description)
-        self.setWindowTitle(f"Inference Studio — {info.name}")
-        if self.notice.label.text().startswith("The new model"):
-            self.notice.dismiss()
-        if self.bridge.choice is not None:
-            self.settings.add_recent_model(self.bridge.choice)
-        for controller in self.tabs.controllers:
-            controller.panel.notice.dismiss()
-        self.refresh_status()
-
-    def _on_model_load_failed(self, message: str) -> None:
-        info = self.bridge.info
-        if info is not None:
-            self.status.set_model(info.name, info.device, info.dtype, info.quantization)
-            text = f"Could not load the model: {message}. Still using {info.name}."
-        else:
-            self.status.set_loading(None)
-            self.status.model.setText("no model loaded")
-            text = f"Could not load the model: {message}"
-            for controller in self.tabs.controllers:
-                if controller.busy:
-                    controller.panel.show_error(
-                        f"No model could be loaded ({message}). Your message waits: choose a model "
-                        "(Ctrl+Shift+M), or stop it (Esc)."
-                    )
-        self.notice.show_message(text, ERROR, ("Choose a model…", self.open_model_picker))
+        return self.switcher.load(choice, policy)
 
     def open_model_picker(self) -> None:
-        current = self.bridge.choice or self.settings.default_model
-        dialog = ModelPickerDialog(EngineAdvisor(), current, self.settings.recent_models, self)
-        if dialog.exec() != ModelPickerDialog.DialogCode.Accepted:
-            return
-        choice = dialog.choice()
-        if dialog.make_default.isChecked():
-            self.settings.default_model = choice
-        policy = FINISH
-        if self.tabs.streaming_count():
-            policy = self._ask_swap_policy()
-            if policy is None:
-                return
-        self.load_model(choice, policy)
+        self.switcher.open_picker()
 
-    def _ask_swap_policy(self) -> str | None:
-        box = QMessageBox(QMessageBox.Icon.Question, "Switch model", "Replies are still being written.", parent=self)
-        box.setInformativeText("Let them finish on the current model, or stop them now (their text is kept)?")
-        finish = box.addButton("Let them finish", QMessageBox.ButtonRole.AcceptRole)
-        stop = box.addButton("Stop them", QMessageBox.ButtonRole.DestructiveRole)
-        box.addButton(QMessageBox.StandardButton.Cancel)
-        box.exec()
-        return {id(finish): FINISH, id(stop): STOP}.get(id(box.clickedButton()))
-
-    # ---- status -----------------------------------------------------------------------------
     def refresh_status(self) -> None:
-        recorder = self.bridge.metrics()
-        thread = self.bridge.thread
-        if recorder is None or thread is None:
-            self.status.set_engine_state(0, 0, 0, 0)
-            return
-        snapshot = recorder.snapshot(since_step=self._step_cursor, since_token=1 << 62)
-        self._step_cursor = snapshot.next_step
-        if snapshot.steps:
-            self._last_step = snapshot.steps[-1]
-        page_map = snapshot.page_map
-        if page_map is not None:  # published on every admit, finish and abort: fresher than the last step
-            used, total = sum(1 for owners in page_map.owners if owners), len(page_map.owners)
-        else:
-            used, total = 0, thread.engine.pool.num_pages
-        running = waiting = 0
-        if self.tabs.busy_count(None) and self._last_step is not None:
-            running, waiting = self._last_step.running, self._last_step.waiting
-        self.status.set_engine_state(used, total, running, waiting)
+        self.engine_status.refresh()
 
     # ---- chat actions -----------------------------------------------------------------------
     def confirm(self, title: str, question: str) -> bool:
@@ -242,6 +143,11 @@ class MainWindow(QMainWindow):
 
     def close_current_tab(self) -> None:
         self.tabs.close_tab(self.tabs.widget.currentIndex())
+
+    def _rename_tab_at(self, index: int) -> None:
+        if index >= 0:
+            self.tabs.widget.setCurrentIndex(index)
+            self.rename_current_dialog()
 
     def rename_current_dialog(self) -> None:
         controller = self.tabs.current
@@ -315,7 +221,7 @@ class MainWindow(QMainWindow):
     # ---- settings ---------------------------------------------------------------------------
     def open_settings(self) -> None:
         s = self.settings
-        values = SettingsValues(s.theme, s.font_size, s.send_key, s.kv_memory_mib, s.default_model)
+        values = SettingsValues(s.theme, s.font_size, s.send_key, s.default_model.kv_memory_mib, s.default_model)
         dialog = SettingsDialog(values, KeyringTokens(), self.bridge.choice, self)
         if dialog.exec() == SettingsDialog.DialogCode.Accepted:
             self.apply_settings(dialog.values())
@@ -324,7 +230,8 @@ class MainWindow(QMainWindow):
         s = self.settings
         s.theme, s.font_size, s.send_key = values.theme, values.font_size, values.send_key
         s.kv_memory_mib = values.kv_memory_mib
-        s.default_model = values.default_model
+        # the KV budget belongs to the model loaded at start (the picker starts from the current model's own)
+        s.default_model = replace(values.default_model, kv_memory_mib=values.kv_memory_mib)
         s.sync()
         if self.theme is not None:
             self.theme.set(values.theme, values.font_size)
@@ -342,10 +249,12 @@ class MainWindow(QMainWindow):
 
     def closeEvent(self, event: QCloseEvent) -> None:
         """Stop every reply (keeping its text), stop the engine, remember the window."""
-        self._status_timer.stop()
+        self.engine_status.stop()
         self.settings.save_window_state(self.saveGeometry(), self.saveState())
+        self.settings.current_chat = self.tabs.current.chat_id if self.tabs.current else None
         self.settings.sync()
         self.tabs.shutdown()
+        self.remote.shutdown()
         self.bridge.shutdown()
         if self.history_dialog is not None:
             self.history_dialog.close()
@@ -371,6 +280,7 @@ def run_studio(args: argparse.Namespace) -> int:
         from app.self_test import isolate_user_data
 
         isolate_user_data()
+    route_qt_messages()
     app = QApplication.instance() or QApplication(["inference-studio"])
     app.setApplicationName("Inference Studio")
     app.setDesktopFileName("inference-studio")

@@ -53,8 +53,9 @@ class SelfTest(QObject):
     def run(self) -> int:
         if self.folder is not None:
             self.folder.mkdir(parents=True, exist_ok=True)
-        QTimer.singleShot(0, self._start)
-        QTimer.singleShot(int(self.timeout_s * 1000), lambda: self._end(f"no replies within {self.timeout_s:.0f} s"))
+        QTimer.singleShot(0, self, self._start)
+        timeout_ms = int(self.timeout_s * 1000)
+        QTimer.singleShot(timeout_ms, self, lambda: self._end(f"no replies within {self.timeout_s:.0f} s"))
         QApplication.instance().exec()
         if self.code == 0:
             print(f"inference-studio self-test passed: {self.reason}")
@@ -130,6 +131,7 @@ class SelfTest(QObject):
     def _save(self, widget: QWidget, name: str) -> None:
         if self.folder is None:
             return
+        self.window.refresh_status()  # the status bar's own timer may not have run since the last step
         QApplication.processEvents()
         widget.grab().save(str(self.folder / name))
 

@@ -113,6 +113,16 @@ class StudioSettings:
         recent.insert(0, choice)
         self.qsettings.setValue("models/recent", json.dumps([c.to_dict() for c in recent[:RECENT_LIMIT]]))
 
+    @property
+    def current_chat(self) -> int | None:
+        """The chat whose tab was in front when the window closed."""
+        value = self._get("ui/current_chat", -1, int)
+        return value if value >= 0 else None
+
+    @current_chat.setter
+    def current_chat(self, chat_id: int | None) -> None:
+        self.qsettings.setValue("ui/current_chat", -1 if chat_id is None else chat_id)
+
     # ---- window -----------------------------------------------------------------------------
     def window_state(self) -> tuple[QByteArray | None, QByteArray | None]:
         return self.qsettings.value("window/geometry"), self.qsettings.value("window/state")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from PySide6.QtCore import QObject, Qt
-from PySide6.QtGui import QColor, QFont, QPalette
+from PySide6.QtGui import QColor, QFont, QFontDatabase, QPalette
 from PySide6.QtWidgets import QApplication
 
 LIGHT = {
@@ -15,6 +15,7 @@ LIGHT = {
     "button": "#f7f8fa",
     "highlight": "#2f6fde",
     "border": "#dde1e6",
+    "indicator": "#8a93a0",
     "page": "#f4f5f7",
     "user_bg": "#e7effd",
     "user_border": "#c8d7f4",
@@ -37,6 +38,7 @@ DARK = {
     "button": "#2d3036",
     "highlight": "#4f8cf0",
     "border": "#3a3e45",
+    "indicator": "#7d8591",
     "page": "#1d1f23",
     "user_bg": "#26344b",
     "user_border": "#34476a",
@@ -61,7 +63,7 @@ STYLE = """
 #inlineError {{ background: {error_bg}; color: {error_fg}; border: 1px solid {error_border};
                border-radius: 6px; padding: 6px; }}
 #codeBlock {{ background: {code_bg}; border: 1px solid {code_border}; border-radius: 6px; }}
-#codeText {{ background: {code_bg}; color: {text}; }}
+#codeText {{ background: {code_bg}; color: {text}; font-family: "{mono}"; font-size: {size}pt; }}
 #noticeBar[level="error"] {{ background: {error_bg}; border-bottom: 1px solid {error_border}; }}
 #noticeBar[level="error"] QLabel {{ color: {error_fg}; }}
 #noticeBar[level="info"] {{ background: {info_bg}; border-bottom: 1px solid {info_border}; }}
@@ -71,6 +73,15 @@ STYLE = """
 #estimateBox QLabel[role="value"] {{ font-weight: 600; }}
 #fitsWarning {{ color: {error_fg}; }}
 #fitsOk {{ color: {muted}; }}
+#historyDialog QListWidget::item {{ padding: 6px 4px; }}
+QRadioButton::indicator, QCheckBox::indicator {{ width: 12px; height: 12px; border: 1px solid {indicator};
+                                                background: {base}; }}
+QRadioButton::indicator {{ border-radius: 7px; }}
+QCheckBox::indicator {{ border-radius: 3px; }}
+QRadioButton::indicator:checked {{ background: qradialgradient(cx: 0.5, cy: 0.5, radius: 0.5, fx: 0.5, fy: 0.5,
+                                   stop: 0 {highlight}, stop: 0.5 {highlight}, stop: 0.6 {base}, stop: 1 {base}); }}
+QCheckBox::indicator:checked {{ background: {highlight}; border-color: {highlight}; }}
+QRadioButton::indicator:disabled, QCheckBox::indicator:disabled {{ border-color: {border}; background: {alt}; }}
 """
 
 
@@ -129,4 +140,6 @@ class ThemeManager(QObject):
         font.setPointSize(self.font_size)
         self._app.setFont(font)
         self._app.setPalette(_palette(colors))
-        self._app.setStyleSheet(STYLE.format(small=max(6, self.font_size - 1), large=self.font_size + 2, **colors))
+        mono = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont).family()
+        sizes = {"size": self.font_size, "small": max(6, self.font_size - 1), "large": self.font_size + 2}
+        self._app.setStyleSheet(STYLE.format(mono=mono, **sizes, **colors))

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
 
-from engine import attention
+from engine import attention, kernels
 from engine.attention import PagedKVCache, PrefillSlice, StepContext
 from engine.errors import UnsupportedOptionError
 from engine.scheduler import ScheduledChunk
@@ -39,9 +41,25 @@ def prepare_model(model: torch.nn.Module) -> None:
         model.config._attn_implementation_internal = attention.ATTENTION_NAME
 
 
+@contextlib.contextmanager
+def transformers_mode(model: torch.nn.Module) -> Iterator[None]:
+    """Run the model exactly as transformers built it (its own SDPA attention, original modules): for
+    baselines and golden references. The engine's attention and kernels come back afterwards."""
+    previous = model.config._attn_implementation
+    model.set_attn_implementation("sdpa")
+    try:
+        with kernels.original_modules(model):
+            yield
+    finally:
+        model.set_attn_implementation(previous)
+        if model.config._attn_implementation != previous:
+            model.config._attn_implementation_internal = previous
+
+
 class ModelRunner:
-    def __init__(self, model: torch.nn.Module, cache: PagedKVCache) -> None:
+    def __init__(self, model: torch.nn.Module, cache: PagedKVCache, fast=None) -> None:
         self.model = model
+        self.fast = fast  # engine.fast_forward.FastForward, or None for the transformers forward
         self.cache = cache
         self.device = cache.storage.device
         self.page_size = cache.page_size
@@ -107,11 +125,19 @@ class ModelRunner:
             decode_max_pages=max_pages,
             prefills=slices,
         )
-        ids = torch.tensor([input_ids], dtype=torch.long, device=self.device)
-        pos = torch.tensor([positions], dtype=torch.long, device=self.device)
+        ids = torch.tensor(input_ids, dtype=torch.long, device=self.device)
+        pos = torch.tensor(positions, dtype=torch.long, device=self.device)
         keep_index = torch.tensor(keep, dtype=torch.long, device=self.device)
         started = time.perf_counter()
-        with attention.step_context(context):
-            output = self.model(input_ids=ids, position_ids=pos, use_cache=False, logits_to_keep=keep_index)
-        logits = output.logits[0].float()
+        if self.fast is not None:
+            logits = self.fast(context, ids, pos, keep_index).float()
+        else:
+            with attention.step_context(context):
+                output = self.model(
+                    input_ids=ids.unsqueeze(0),
+                    position_ids=pos.unsqueeze(0),
+                    use_cache=False,
+                    logits_to_keep=keep_index,
+                )
+            logits = output.logits[0].float()
         return ForwardResult(logits=logits, sampling_chunks=sampling, forward_s=time.perf_counter() - started)

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, Qt, QTimer, Signal
 from PySide6.QtGui import QFontDatabase, QGuiApplication, QTextCursor, QWheelEvent
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QToolButton, QVBoxLayout, QWidget
 
 
 class _CodeText(QPlainTextEdit):
+    font_changed = Signal()
+
+    def changeEvent(self, event: QEvent) -> None:
+        super().changeEvent(event)
+        if event.type() == QEvent.Type.FontChange:  # the style sheet sets the code font and size after creation
+            self.font_changed.emit()
+
     def wheelEvent(self, event: QWheelEvent) -> None:
         # vertical wheel over a code block scrolls the transcript; only sideways scrolling stays here
         if event.angleDelta().x() != 0 and event.angleDelta().y() == 0:
@@ -43,6 +50,7 @@ class CodeBlockView(QFrame):
         self.editor.setFrameShape(QFrame.Shape.NoFrame)
         self.editor.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
         self.editor.horizontalScrollBar().rangeChanged.connect(self._fit_height)
+        self.editor.font_changed.connect(self._fit_height)
 
         layout = QVBoxLayout(self)
         layout.setContentsMargins(1, 1, 1, 1)
@@ -82,5 +90,5 @@ class CodeBlockView(QFrame):
     def copy(self) -> None:
         QGuiApplication.clipboard().setText(self.text)
         self.copy_button.setText("Copied")
-        QTimer.singleShot(1200, lambda: self.copy_button.setText("Copy"))
+        QTimer.singleShot(1200, self.copy_button, lambda: self.copy_button.setText("Copy"))  # dies with the button
         self.copied.emit(self.text)

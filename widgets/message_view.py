@@ -43,8 +43,6 @@ class MessageView(QFrame):
         self.copy_button = self._tool("Copy", "Copy the whole message as Markdown", self._copy)
         self.edit_button = self._tool("Edit", "Edit this message and resend the chat from here", self.edit_requested)
         self.regenerate_button = self._tool("Regenerate", "Generate this reply again", self.regenerate_requested)
-        self.edit_button.setVisible(is_user)
-        self.regenerate_button.setVisible(False)
         header = QHBoxLayout()
         header.setContentsMargins(0, 0, 0, 0)
         header.addWidget(self._role)
@@ -71,6 +69,9 @@ class MessageView(QFrame):
         layout.addLayout(self._body)
         layout.addWidget(self.error_label)
         layout.addWidget(self.stats_label)
+        # only now that the buttons have a parent: showing a parentless widget would open it as a window
+        self.edit_button.setVisible(is_user)
+        self.regenerate_button.setVisible(False)
         self.set_message(message)
 
     def _tool(self, text: str, tip: str, target) -> QToolButton:
@@ -147,4 +148,4 @@ class MessageView(QFrame):
     def _copy(self) -> None:
         QGuiApplication.clipboard().setText(self._text)
         self.copy_button.setText("Copied")
-        QTimer.singleShot(1200, lambda: self.copy_button.setText("Copy"))
+        QTimer.singleShot(1200, self.copy_button, lambda: self.copy_button.setText("Copy"))  # dies with the button

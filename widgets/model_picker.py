@@ -5,31 +5,25 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from PySide6.QtCore import Qt, QTimer
+from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import (
-    QButtonGroup,
     QCheckBox,
     QComboBox,
     QDialog,
     QDialogButtonBox,
-    QFileDialog,
     QFormLayout,
-    QGridLayout,
     QGroupBox,
     QLabel,
-    QLineEdit,
-    QPushButton,
-    QRadioButton,
     QSpinBox,
     QVBoxLayout,
     QWidget,
 )
 
-from engine.memory import MemoryEstimate, format_bytes
+from engine.memory import MemoryEstimate
 from widgets.background import BackgroundCall
+from widgets.estimate_box import EstimateBox
 from widgets.model_choice import ModelChoice
-
-EMBEDDED, RECENT, FOLDER, GGUF, HUB = "embedded", "recent", "folder", "gguf", "hub"
+from widgets.model_source_box import HUB, ModelSourceBox
 
 
 class PickerAdvisor(Protocol):
@@ -70,7 +64,6 @@ class ModelPickerDialog(QDialog):
         self.setWindowTitle("Choose a model")
         self.setObjectName("modelPicker")
         self.advisor = advisor
-        self.recent_choices = list(recent)
         self.estimate_result: MemoryEstimate | None = None
         self.estimate_error: str | None = None
         self.problem: str | None = None
@@ -81,13 +74,23 @@ class ModelPickerDialog(QDialog):
         self._debounce.timeout.connect(self._start_estimate)
 
         layout = QVBoxLayout(self)
-        layout.addWidget(self._build_sources())
+        self.sources = ModelSourceBox(recent, advisor.hub_token_stored())
+        self.radios = self.sources.radios
+        self.sources.changed.connect(self._inputs_changed)
+        self.sources.recent_chosen.connect(self._set_options)
+        layout.addWidget(self.sources)
         layout.addWidget(self._build_options())
         self.reason = QLabel()
         self.reason.setObjectName("fitsWarning")
         self.reason.setWordWrap(True)
         layout.addWidget(self.reason)
-        layout.addWidget(self._build_estimate())
+        self.estimate_box = EstimateBox()
+        self.estimate_box.button.clicked.connect(self._start_estimate)
+        # short names for what the dialog and its tests look at
+        self.estimate_labels = self.estimate_box.labels
+        self.fits = self.estimate_box.fits
+        self.estimate_button = self.estimate_box.button
+        layout.addWidget(self.estimate_box)
         self.make_default = QCheckBox("Load this model when the studio starts")
         layout.addWidget(self.make_default)
         self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Cancel)
@@ -96,57 +99,11 @@ class ModelPickerDialog(QDialog):
         self.buttons.rejected.connect(self.reject)
         layout.addWidget(self.buttons)
         self.resize(620, 0)
-        self._set_choice(initial)
+        self.sources.set_spec(initial.spec)
+        self._set_options(initial)
         self._inputs_changed()
 
     # ---- building ---------------------------------------------------------------------------
-    def _build_sources(self) -> QGroupBox:
-        box = QGroupBox("Model")
-        grid = QGridLayout(box)
-        self.source_group = QButtonGroup(self)
-        self.radios: dict[str, QRadioButton] = {}
-        for row, (key, text) in enumerate(
-            [
-                (EMBEDDED, "Embedded default"),
-                (RECENT, "Recently used"),
-                (FOLDER, "Local folder"),
-                (GGUF, "GGUF file"),
-                (HUB, "Hub repository"),
-            ]
-        ):
-            radio = QRadioButton(text)
-            self.radios[key] = radio
-            self.source_group.addButton(radio)
-            grid.addWidget(radio, row, 0)
-            radio.toggled.connect(self._inputs_changed)
-        grid.addWidget(QLabel("SmolLM2-135M-Instruct, bundled with the studio; works offline"), 0, 1, 1, 2)
-        self.recent = QComboBox()
-        for choice in self.recent_choices:
-            self.recent.addItem(choice.label)
-        self.recent.currentIndexChanged.connect(self._recent_selected)
-        self.radios[RECENT].setEnabled(bool(self.recent_choices))
-        self.recent.setEnabled(bool(self.recent_choices))
-        grid.addWidget(self.recent, 1, 1, 1, 2)
-        self.folder = QLineEdit(placeholderText="a folder with config.json and *.safetensors")
-        self.gguf = QLineEdit(placeholderText="a .gguf file")
-        self.hub = QLineEdit(placeholderText="org/name or org/name@revision")
-        for row, (edit, browse) in enumerate(
-            [(self.folder, self._browse_folder), (self.gguf, self._browse_gguf), (self.hub, None)], start=2
-        ):
-            grid.addWidget(edit, row, 1, 1, 2 if browse is None else 1)
-            edit.textEdited.connect(lambda _text, e=edit: self._select_source_of(e))
-            if browse is not None:
-                button = QPushButton("Browse…")
-                button.clicked.connect(browse)
-                grid.addWidget(button, row, 2)
-        token = "uses the hub token stored in Settings" if self.advisor.hub_token_stored() else "no hub token stored"
-        self.hub_note = QLabel(f"Downloaded into the Hugging Face cache; {token}. Private and gated repos need one.")
-        self.hub_note.setObjectName("hint")
-        self.hub_note.setWordWrap(True)
-        grid.addWidget(self.hub_note, 5, 1, 1, 2)
-        grid.setColumnStretch(1, 1)
-        return box
-
     def _build_options(self) -> QGroupBox:
         box = QGroupBox("Precision, device and KV cache")
         form = QFormLayout(box)
@@ -171,51 +128,13 @@ class ModelPickerDialog(QDialog):
         self.kv_mib.valueChanged.connect(self._inputs_changed)
         return box
 
-    def _build_estimate(self) -> QGroupBox:
-        box = QGroupBox("Estimate")
-        box.setObjectName("estimateBox")
-        grid = QGridLayout(box)
-        self.estimate_labels: dict[str, QLabel] = {}
-        for row, (key, text) in enumerate(
-            [
-                ("weights", "Weights"),
-                ("kv_token", "KV cache per token"),
-                ("context", "Tokens that fit in the KV cache"),
-                ("memory", "Memory"),
-            ]
-        ):
-            grid.addWidget(QLabel(text), row, 0)
-            value = QLabel("–")
-            value.setProperty("role", "value")
-            value.setWordWrap(True)
-            value.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-            self.estimate_labels[key] = value
-            grid.addWidget(value, row, 1)
-        self.fits = QLabel()
-        self.fits.setWordWrap(True)
-        grid.addWidget(self.fits, 4, 0, 1, 2)
-        self.estimate_button = QPushButton("Estimate")
-        self.estimate_button.setToolTip("Hub repositories are fetched to read their size; estimate on request")
-        self.estimate_button.clicked.connect(self._start_estimate)
-        grid.addWidget(self.estimate_button, 5, 1, Qt.AlignmentFlag.AlignRight)
-        grid.setColumnStretch(1, 1)
-        return box
-
     # ---- the choice -------------------------------------------------------------------------
     @property
     def source(self) -> str:
-        for key, radio in self.radios.items():
-            if radio.isChecked():
-                return key
-        return EMBEDDED
+        return self.sources.source
 
     def spec(self) -> str:
-        source = self.source
-        if source == RECENT and self.recent_choices:
-            return self.recent_choices[self.recent.currentIndex()].spec
-        return {EMBEDDED: "default", FOLDER: self.folder.text(), GGUF: self.gguf.text(), HUB: self.hub.text()}.get(
-            source, "default"
-        ).strip()
+        return self.sources.spec()
 
     def choice(self) -> ModelChoice:
         return ModelChoice(
@@ -226,49 +145,11 @@ class ModelPickerDialog(QDialog):
             kv_memory_mib=self.kv_mib.value(),
         )
 
-    def _set_choice(self, choice: ModelChoice) -> None:
-        spec = choice.spec.strip()
-        if spec in ("", "default", "embedded"):
-            self.radios[EMBEDDED].setChecked(True)
-        elif spec.lower().endswith(".gguf"):
-            self.gguf.setText(spec)
-            self.radios[GGUF].setChecked(True)
-        elif spec.startswith(("/", ".", "~")) or "\\" in spec or ":" in spec:
-            self.folder.setText(spec)
-            self.radios[FOLDER].setChecked(True)
-        else:
-            self.hub.setText(spec)
-            self.radios[HUB].setChecked(True)
-        self._set_options(choice)
-
     def _set_options(self, choice: ModelChoice) -> None:
-        for combo, value in ((self.device, choice.device), (self.dtype, choice.dtype)):
-            combo.setCurrentText(value)
+        self.device.setCurrentText(choice.device)
+        self.dtype.setCurrentText(choice.dtype)
         self.quantization.setCurrentText(choice.quantization)
         self.kv_mib.setValue(choice.kv_memory_mib)
-
-    def _recent_selected(self, index: int) -> None:
-        if 0 <= index < len(self.recent_choices):
-            self.radios[RECENT].setChecked(True)
-            self._set_options(self.recent_choices[index])
-
-    def _select_source_of(self, edit: QLineEdit) -> None:
-        key = {id(self.folder): FOLDER, id(self.gguf): GGUF, id(self.hub): HUB}[id(edit)]
-        if not self.radios[key].isChecked():
-            self.radios[key].setChecked(True)
-        self._inputs_changed()
-
-    def _browse_folder(self) -> None:
-        folder = QFileDialog.getExistingDirectory(self, "Choose a Hugging Face model folder", self.folder.text())
-        if folder:
-            self.folder.setText(folder)
-            self._select_source_of(self.folder)
-
-    def _browse_gguf(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Choose a GGUF model", self.gguf.text(), "GGUF models (*.gguf)")
-        if path:
-            self.gguf.setText(path)
-            self._select_source_of(self.gguf)
 
     # ---- validation and estimate ------------------------------------------------------------
     def _refresh_option_states(self) -> str | None:
@@ -306,7 +187,7 @@ class ModelPickerDialog(QDialog):
         if self.problem is not None:
             return
         choice = self.choice()
-        self.estimate_labels["weights"].setText("estimating…")
+        self.estimate_box.show_pending()
         self._estimator.run(lambda: self.advisor.estimate(choice))
         self._update_buttons()
 
@@ -330,36 +211,11 @@ class ModelPickerDialog(QDialog):
         return self.estimate_result.total_bytes(self.kv_mib.value() * 1024**2) <= free
 
     def _show_estimate(self) -> None:
-        labels = self.estimate_labels
-        estimate = self.estimate_result
-        self.fits.setObjectName("fitsOk")
-        if estimate is None:
-            for label in labels.values():
-                label.setText("–")
-            self.fits.setText(self.estimate_error or "")
-            if self.estimate_error:
-                self.fits.setObjectName("fitsWarning")
-        else:
-            kv_bytes = self.kv_mib.value() * 1024**2
-            tokens = estimate.kv_tokens_for(kv_bytes)
-            context = estimate.shape.context_length
-            free, what = self.advisor.free_memory(self.device.currentText())
-            total = estimate.total_bytes(kv_bytes)
-            quant = "" if estimate.quantization == "none" else f", {estimate.quantization}"
-            labels["weights"].setText(f"{format_bytes(estimate.weight_bytes)} ({estimate.dtype}{quant})")
-            labels["kv_token"].setText(f"{format_bytes(estimate.kv_bytes_per_token)}")
-            labels["context"].setText(f"{tokens:,} tokens, shared by all chats (model context {context:,})")
-            labels["memory"].setText(f"{format_bytes(total)} needed, {format_bytes(free)} {what}")
-            if total <= free:
-                self.fits.setText("Fits in memory.")
-            else:
-                self.fits.setObjectName("fitsWarning")
-                self.fits.setText(
-                    "Does not fit in free memory: loading may fail or swap heavily. Lower the KV cache, pick a "
-                    "smaller data type or quantization, or load anyway."
-                )
-        self.fits.style().unpolish(self.fits)
-        self.fits.style().polish(self.fits)
+        if self.estimate_result is None:
+            self.estimate_box.clear(self.estimate_error)
+            return
+        free, what = self.advisor.free_memory(self.device.currentText())
+        self.estimate_box.show_estimate(self.estimate_result, self.kv_mib.value() * 1024**2, free, what)
 
     def _update_buttons(self) -> None:
         self.reason.setText(self.problem or "")

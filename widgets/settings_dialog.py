@@ -116,6 +116,8 @@ class SettingsDialog(QDialog):
         self.token_state = QLabel()
         self.token_state.setObjectName("hint")
         self.token_state.setWordWrap(True)
+        # room for two lines up front: a dialog does not grow when a wrapped label gets longer
+        self.token_state.setMinimumHeight(self.token_state.fontMetrics().lineSpacing() * 2 + 4)
         self.test_button = QPushButton("Test token")
         self.test_button.clicked.connect(self.test_token)
         self.remove_button = QPushButton("Remove stored token")

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QEvent, QObject, QSize, Qt, Signal
+from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import QFrame, QLabel, QScrollArea, QVBoxLayout, QWidget
 
 from widgets.chat_data import ASSISTANT, ChatMessage
@@ -19,7 +20,9 @@ class TranscriptView(QScrollArea):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("transcript")
-        self.setWidgetResizable(True)
+        # The page is sized here, not by QScrollArea's widgetResizable: that sizes it from a word-wrapped
+        # label's height at some earlier width and leaves blank space under the last message.
+        self.setWidgetResizable(False)
         self.setFrameShape(QFrame.Shape.NoFrame)
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         container = QWidget()
@@ -33,6 +36,7 @@ class TranscriptView(QScrollArea):
         self._layout.addWidget(self._placeholder)
         self._layout.addStretch(1)
         self.setWidget(container)
+        container.installEventFilter(self)
         self._views: list[MessageView] = []
         self._busy = False
         self.following = True
@@ -91,6 +95,25 @@ class TranscriptView(QScrollArea):
                 can_edit=not self._busy,
                 can_regenerate=not self._busy and index == last and view.message.role == ASSISTANT,
             )
+
+    # ---- page size --------------------------------------------------------------------------
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if watched is self.widget() and event.type() == QEvent.Type.LayoutRequest:
+            self._fit_page()
+        return super().eventFilter(watched, event)
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self._fit_page()
+
+    def _fit_page(self) -> None:
+        page = self.widget()
+        width = self.viewport().width()
+        layout = self._layout
+        content = layout.totalHeightForWidth(width) if layout.hasHeightForWidth() else layout.totalSizeHint().height()
+        size = QSize(width, max(self.viewport().height(), content))
+        if page.size() != size:
+            page.resize(size)
 
     # ---- following the end ------------------------------------------------------------------
     def scroll_to_end(self) -> None:

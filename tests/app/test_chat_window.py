@@ -15,6 +15,10 @@ def test_two_tabs_stream_at_the_same_time_and_their_events_interleave(qtbot, mak
 
     assert first.send("hello world") and second.send("the quick brown fox")
     assert window.tabs.streaming_count() == 2
+    qtbot.waitUntil(lambda: bool(first.messages[-1].content and second.messages[-1].content), timeout=30_000)
+    window.actions.next_chat.trigger()  # switching tabs never stops a stream
+    window.actions.next_chat.trigger()
+    assert window.tabs.streaming_count() == 2
     wait_idle(qtbot, first, second)
 
     order = [tag for frame in frames for tag in frame]
