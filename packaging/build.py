@@ -45,6 +45,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep-gpu", action="store_true", help="keep bitsandbytes' GPU libraries (GPU torch builds)")
     parser.add_argument("--force", action="store_true", help="rebuild the bundle even if its inputs did not change")
     parser.add_argument("--bundle-only", action="store_true", help="stop after the bundle (no .deb / .tar.gz)")
+    parser.add_argument(
+        "--deb-compression",
+        choices=("xz", "zstd"),
+        default=os.environ.get("DEB_COMPRESSION", "xz") or "xz",
+        help="xz: smallest, ~10 min of CPU (releases); zstd: ~20%% larger, ten times faster (trying things out)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="package: %(message)s")
 
@@ -56,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     if sys.platform.startswith("linux") and not args.bundle_only:
         from linux_packages import build_deb, build_tarball
 
-        outputs += [build_tarball(BUNDLE, __version__), build_deb(BUNDLE, icons, __version__)]
+        outputs += [build_tarball(BUNDLE, __version__), build_deb(BUNDLE, icons, __version__, args.deb_compression)]
     for path in outputs:
         log.info("%-60s %s", path.relative_to(ROOT), human_size(path))
     log.info("done in %.0f s", time.monotonic() - started)

