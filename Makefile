@@ -48,7 +48,7 @@ package: $(PACKAGING_STAMP)
 	nice -n 10 $(PY) packaging/build.py --preconvert $(PRECONVERT) --deb-compression $(DEB_COMPRESSION) $(PACKAGE_ARGS)
 
 # Installs the .deb into a temporary root (dpkg -x) and runs the installed studio offline: --version, --self-test,
-# generate, serve (about 3 minutes once the packages exist, so not part of `make test`).
+# generate (also nf4), serve (about 3 minutes once the packages exist, so not part of `make test`).
 package-test: package
 	nice -n 10 $(PY) packaging/smoke_test.py $(PACKAGE_TEST_ARGS)
 

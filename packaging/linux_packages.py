@@ -150,7 +150,8 @@ def write_control(root: Path, version: str) -> None:
         "Maintainer": MAINTAINER,
         "Installed-Size": str(installed_kib),
         "Depends": ", ".join(system_dependencies(root / INSTALL_DIR)),
-        "Recommends": "gnome-keyring | kwalletmanager, fonts-dejavu-core | fonts-liberation2",
+        # a Secret Service for the keyring (hub token, API keys); fonts for Qt through fontconfig
+        "Recommends": "gnome-keyring | org.freedesktop.secrets, fonts-dejavu-core | fonts-liberation2",
         "Section": "science",
         "Priority": "optional",
         "Description": DESCRIPTION,

@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     problems: list[str] = []
     try:
         steps = SmokeTest(deb, work, args.shots, args.executable, use_netns=not args.no_netns)
-        sequence = [steps.version, steps.self_test, steps.generate, steps.serve]
+        sequence = [steps.version, steps.self_test, steps.generate, steps.generate_nf4, steps.serve]
         if deb is not None:
             sequence = [steps.unpack, steps.check_layout, steps.check_tarball, *sequence]
         for step in sequence:
@@ -175,8 +175,16 @@ class SmokeTest:
         return f"{result.stdout.strip()}; {', '.join(sizes)}"
 
     def generate(self) -> str:
+        return self._generate([])
+
+    def generate_nf4(self) -> str:
+        """bitsandbytes' native CPU library, loaded from the bundle: 4-bit weights."""
+        return self._generate(["--quant", "nf4"])
+
+    def _generate(self, options: list[str]) -> str:
         prompt = "What is the capital of France? Answer in one word."
-        result = self.studio(["generate", "--prompt", prompt, "--temperature", "0", "--max-tokens", "16", "--json"])
+        arguments = ["generate", *options, "--prompt", prompt, "--temperature", "0", "--max-tokens", "16", "--json"]
+        result = self.studio(arguments)
         try:
             reply = json.loads(result.stdout.strip().splitlines()[-1])
         except (ValueError, IndexError):
