@@ -1,0 +1,303 @@
+"""DashboardWidget: polls metrics snapshots on a timer and redraws the visible panels for the chosen time window."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from PySide6.QtCore import QEvent, QTimer, Signal
+from PySide6.QtGui import QAction, QPixmap
+from PySide6.QtWidgets import (
+    QComboBox,
+    QFileDialog,
+    QGridLayout,
+    QHBoxLayout,
+    QLabel,
+    QMenu,
+    QPushButton,
+    QScrollArea,
+    QSizePolicy,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from widgets.dashboard.export import export_csv, export_json
+from widgets.dashboard.kv_pages import KVPagesPanel
+from widgets.dashboard.numbers import NumbersPanel
+from widgets.dashboard.page_map import PageMapPanel
+from widgets.dashboard.panel import Panel, theme_for
+from widgets.dashboard.prefill_decode import PrefillDecodePanel
+from widgets.dashboard.results import ResultsPanel
+from widgets.dashboard.series import MemoryInfo, MetricsHistory, SnapshotSource
+from widgets.dashboard.streaming import StreamingPanel
+from widgets.dashboard.throughput import ThroughputPanel
+
+WINDOWS = {"last 30 s": 30.0, "last 2 min": 120.0, "last 10 min": 600.0}
+POLL_MS = 100  # 10 Hz: smooth enough to watch tokens arrive, cheap enough to leave on
+HIDDEN_POLL_MS = 1000  # hidden: keep reading so nothing falls out of the engine's ring buffer, draw nothing
+IDLE_REDRAW_S = 1.0  # with no new records, scroll the time axis only this often
+
+# (panel class, row, column, column span) in the panel grid
+LAYOUT = (
+    (PrefillDecodePanel, 0, 0, 1),
+    (ThroughputPanel, 0, 1, 1),
+    (StreamingPanel, 1, 0, 1),
+    (KVPagesPanel, 1, 1, 1),
+    (PageMapPanel, 2, 0, 1),
+    (NumbersPanel, 2, 1, 1),
+    (ResultsPanel, 3, 0, 2),
+)
+
+
+class DashboardWidget(QWidget):
+    """The live dashboard. `source(since_step, since_token)` returns a MetricsSnapshot (MetricsRecorder.snapshot);
+    it is called on the UI thread and must not block (the recorder only copies new records under a short lock)."""
+
+    paused_changed = Signal(bool)
+    panel_visibility_changed = Signal(str, bool)
+    exported = Signal(str)
+
+    def __init__(
+        self,
+        source: SnapshotSource | None = None,
+        memory: MemoryInfo | None = None,
+        parent: QWidget | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__(parent)
+        self.setObjectName("dashboard")
+        self.history = MetricsHistory()
+        self._source = source
+        self._clock = clock
+        self._paused_at: float | None = None
+        self._dirty = True
+        self._last_draw = 0.0
+        self.window_s = 30.0
+        self.theme = theme_for(self.palette())
+
+        self._build_toolbar()
+        self.panels: dict[str, Panel] = {}
+        self._grid_host = QWidget()
+        self._grid_host.setObjectName("dashboard-panels")
+        grid = QGridLayout(self._grid_host)
+        grid.setContentsMargins(4, 4, 4, 4)
+        grid.setSpacing(6)
+        for cls, row, col, span in LAYOUT:
+            panel = cls(self.theme)
+            panel.setMinimumHeight(230 if cls is not ResultsPanel else 120)
+            panel.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
+            grid.addWidget(panel, row, col, 1, span)
+            self.panels[panel.key] = panel
+        self.panels["results"].hide()  # until an experiment reports
+        self.numbers.set_memory(memory or MemoryInfo())
+        scroll = QScrollArea()
+        scroll.setWidgetResizable(True)
+        scroll.setWidget(self._grid_host)
+        scroll.setFrameShape(QScrollArea.Shape.NoFrame)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(2)
+        layout.addLayout(self._toolbar)
+        layout.addWidget(scroll, 1)
+        self._sync_panel_menu()
+
+        self.timer = QTimer(self)
+        self.timer.setInterval(POLL_MS)
+        self.timer.timeout.connect(self.tick)
+        self.timer.start()
+
+    # ---- toolbar -------------------------------------------------------------------------------
+    def _build_toolbar(self) -> None:
+        bar = self._toolbar = QHBoxLayout()
+        bar.setContentsMargins(6, 4, 6, 0)
+        self.window_box = QComboBox()
+        self.window_box.addItems(list(WINDOWS))
+        self.window_box.setToolTip("Time window of the charts and numbers")
+        self.window_box.currentTextChanged.connect(lambda text: self.set_window(WINDOWS[text]))
+        self.pause_button = QPushButton("Pause")
+        self.pause_button.setCheckable(True)
+        self.pause_button.setToolTip("Freeze the charts to look closer; recording goes on underneath")
+        self.pause_button.toggled.connect(self.set_paused)
+        clear_button = QPushButton("Clear")
+        clear_button.setToolTip("Forget everything recorded so far")
+        clear_button.clicked.connect(self.clear)
+        self.panel_menu = QMenu("Panels", self)
+        panels_button = QToolButton()
+        panels_button.setText("Panels")
+        panels_button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
+        panels_button.setMenu(self.panel_menu)
+        export_menu = QMenu("Export", self)
+        export_menu.addAction("Visible charts as PNG…", self._ask_export_png)
+        export_menu.addAction("Recorded metrics as CSV…", self._ask_export_csv)
+        export_menu.addAction("Recorded metrics as JSON…", self._ask_export_json)
+        export_button = QToolButton()
+        export_button.setText("Export")
+        export_button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
+        export_button.setMenu(export_menu)
+        self.source_label = QLabel()
+        self.source_label.setObjectName("dashboard-source")
+        for widget in (self.window_box, self.pause_button, clear_button, panels_button, export_button):
+            bar.addWidget(widget)
+        bar.addStretch(1)
+        bar.addWidget(self.source_label)
+
+    def _sync_panel_menu(self) -> None:
+        self.panel_menu.clear()
+        for key, panel in self.panels.items():
+            action = QAction(panel.title, self.panel_menu)
+            action.setCheckable(True)
+            action.setChecked(not panel.isHidden())
+            action.toggled.connect(lambda on, key=key: self.set_panel_visible(key, on))
+            self.panel_menu.addAction(action)
+
+    # ---- public API ------------------------------------------------------------------------------
+    @property
+    def numbers(self) -> NumbersPanel:
+        return self.panels["numbers"]  # type: ignore[return-value]
+
+    @property
+    def results(self) -> ResultsPanel:
+        return self.panels["results"]  # type: ignore[return-value]
+
+    @property
+    def paused(self) -> bool:
+        return self._paused_at is not None
+
+    def set_source(self, source: SnapshotSource | None, label: str = "") -> None:
+        """Read from another recorder (an experiment's engine, a new model's engine); history continues."""
+        if source is not None and source != self._source and label:
+            self.history.annotate(self._clock(), label)
+        self._source = source
+        self.source_label.setText(label)
+        self._dirty = True
+        self.tick()
+
+    def set_memory(self, memory: MemoryInfo) -> None:
+        self.numbers.set_memory(memory)
+        self._dirty = True
+
+    def set_window(self, seconds: float) -> None:
+        self.window_s = seconds
+        label = next((k for k, v in WINDOWS.items() if v == seconds), None)
+        if label and self.window_box.currentText() != label:
+            self.window_box.setCurrentText(label)
+        self._dirty = True
+        self.redraw()
+
+    def set_paused(self, paused: bool) -> None:
+        if paused == self.paused:
+            return
+        self._paused_at = self._clock() if paused else None
+        self.pause_button.setChecked(paused)
+        self.pause_button.setText("Resume" if paused else "Pause")
+        self._dirty = True
+        self.redraw()
+        self.paused_changed.emit(paused)
+
+    def clear(self) -> None:
+        self.history.clear()
+        self._dirty = True
+        self.redraw()
+
+    def set_panel_visible(self, key: str, visible: bool) -> None:
+        panel = self.panels[key]
+        if panel.isHidden() != visible:
+            return
+        panel.setVisible(visible)
+        for action in self.panel_menu.actions():
+            if action.text() == panel.title and action.isChecked() != visible:
+                action.setChecked(visible)
+        self._dirty = True
+        self.redraw()
+        self.panel_visibility_changed.emit(key, visible)
+
+    def visible_panels(self) -> list[str]:
+        return [key for key, panel in self.panels.items() if not panel.isHidden()]
+
+    def show_experiment_result(self, title: str, columns, rows, notes=()) -> None:
+        self.results.show_result(title, columns, rows, notes)
+        self.set_panel_visible("results", True)
+
+    # ---- the timer -------------------------------------------------------------------------------
+    def tick(self) -> None:
+        """Read what is new; redraw when it shows (visible, not paused) and something changed."""
+        if self._source is not None and self.history.poll(self._source):
+            self._dirty = True
+        if not self.isVisible() or self.paused:
+            return
+        now = self._clock()
+        if self._dirty or now - self._last_draw >= IDLE_REDRAW_S:
+            self.redraw()
+
+    def now(self) -> float:
+        return self._paused_at if self._paused_at is not None else self._clock()
+
+    def redraw(self) -> None:
+        now = self.now()
+        view = self.history.window(self.window_s, now)
+        for panel in self.panels.values():
+            if not panel.isHidden():
+                panel.refresh(view)
+        self._dirty = False
+        self._last_draw = self._clock()
+
+    # ---- showing, hiding, theme ------------------------------------------------------------------------
+    def showEvent(self, event) -> None:
+        self.timer.setInterval(POLL_MS)
+        self._dirty = True
+        super().showEvent(event)
+
+    def hideEvent(self, event) -> None:
+        self.timer.setInterval(HIDDEN_POLL_MS)
+        super().hideEvent(event)
+
+    def changeEvent(self, event) -> None:
+        if event.type() == QEvent.Type.PaletteChange:
+            self.apply_theme()
+        super().changeEvent(event)
+
+    def apply_theme(self) -> None:
+        self.theme = theme_for(self.palette())
+        for panel in self.panels.values():
+            panel.apply_theme(self.theme)
+        self._dirty = True
+
+    # ---- export ----------------------------------------------------------------------------------------
+    def grab_panels(self) -> QPixmap:
+        """The visible panels as one picture (hidden ones leave no gap: the grid closes up)."""
+        return self._grid_host.grab()
+
+    def export_png(self, path: str | Path) -> Path:
+        path = Path(path)
+        if not self.grab_panels().save(str(path), "PNG"):
+            raise OSError(f"could not write {path}")
+        self.exported.emit(str(path))
+        return path
+
+    def export_csv(self, path: str | Path) -> list[Path]:
+        paths = export_csv(self.history, path)
+        self.exported.emit(str(paths[0]))
+        return paths
+
+    def export_json(self, path: str | Path) -> Path:
+        path = export_json(self.history, path)
+        self.exported.emit(str(path))
+        return path
+
+    def _ask(self, caption: str, name: str, filter_: str) -> str:
+        path, _ = QFileDialog.getSaveFileName(self, caption, name, filter_)
+        return path
+
+    def _ask_export_png(self) -> None:
+        if path := self._ask("Export visible charts", "dashboard.png", "PNG images (*.png)"):
+            self.export_png(path)
+
+    def _ask_export_csv(self) -> None:
+        if path := self._ask("Export metrics as CSV (steps, tokens, requests)", "metrics.csv", "CSV (*.csv)"):
+            self.export_csv(path)
+
+    def _ask_export_json(self) -> None:
+        if path := self._ask("Export metrics as JSON", "metrics.json", "JSON (*.json)"):
+            self.export_json(path)

@@ -1,0 +1,110 @@
+"""The base of every dashboard panel: a titled frame around pyqtgraph plots that redraws from a WindowView."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtGui import QPalette
+from PySide6.QtWidgets import QFrame, QLabel, QVBoxLayout, QWidget
+
+from widgets.dashboard.series import WindowView
+from widgets.dashboard.theme import DARK, LIGHT, Theme
+
+# Antialiasing doubles the paint cost of dense curves; at 10 Hz the eye does not miss it.
+pg.setConfigOptions(antialias=False, useOpenGL=False)
+
+
+def theme_for(palette: QPalette) -> Theme:
+    """Light or dark, following the window's palette (which follows the system)."""
+    return DARK if palette.color(QPalette.ColorRole.Window).lightnessF() < 0.5 else LIGHT
+
+
+class Panel(QFrame):
+    """Subclasses build their plots in build() and draw a window of records in refresh()."""
+
+    key = "panel"
+    title = "Panel"
+    explanation = ""
+
+    def __init__(self, theme: Theme = LIGHT, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName(f"dashboard-{self.key}")
+        self.setFrameShape(QFrame.Shape.StyledPanel)
+        self.theme = theme
+        self.chats: list[str] = []
+        self._title = QLabel(f"<b>{self.title}</b>")
+        self._title.setToolTip(self.explanation)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(6, 4, 6, 6)
+        layout.setSpacing(2)
+        layout.addWidget(self._title)
+        self.body = layout
+        self.build()
+        self.apply_theme(theme)
+
+    def build(self) -> None:
+        raise NotImplementedError
+
+    def refresh(self, view: WindowView) -> None:
+        raise NotImplementedError
+
+    def apply_theme(self, theme: Theme) -> None:
+        self.theme = theme
+        for graphics in self.findChildren(pg.GraphicsView):
+            graphics.setBackground(theme.background)
+        for plot in self.plots():
+            style_plot(plot, theme)
+        self.restyle()
+
+    def restyle(self) -> None:
+        """Set the pens and brushes of this panel's items from self.theme."""
+
+    def plots(self) -> list[pg.PlotItem]:
+        return []
+
+
+def add_plot(layout: pg.GraphicsLayoutWidget, row: int, ylabel: str, xlabel: str | None = None) -> pg.PlotItem:
+    """A plot with the live-view settings: clipped to the view, peak-downsampled, no mouse zoom fighting the timer."""
+    plot = layout.addPlot(row=row, col=0)
+    plot.setClipToView(True)
+    plot.setDownsampling(auto=True, mode="peak")
+    plot.setMenuEnabled(False)
+    plot.setMouseEnabled(x=False, y=False)
+    plot.hideButtons()
+    plot.showGrid(x=True, y=True)
+    plot.setLabel("left", ylabel)
+    if xlabel:
+        plot.setLabel("bottom", xlabel)
+    plot.getAxis("left").setWidth(52)
+    plot.getViewBox().setLimits(yMin=0)  # counts and durations: never below zero, even when autoranging empty data
+    return plot
+
+
+def legend_html(entries: list[tuple[str, str, str]], muted: str) -> str:
+    """A one-line legend above a chart (a pyqtgraph legend would cover the newest data): (colour, mark, text)."""
+    parts = [f'<span style="color:{colour}">{mark}</span>&nbsp;{text}' for colour, mark, text in entries]
+    return f'<span style="color:{muted}">' + " &nbsp; ".join(parts) + "</span>"
+
+
+def legend_label() -> QLabel:
+    label = QLabel()
+    label.setObjectName("dashboard-legend")
+    return label
+
+
+def style_plot(plot: pg.PlotItem, theme: Theme) -> None:
+    for name in ("left", "bottom", "right"):
+        axis = plot.getAxis(name)
+        axis.setPen(pg.mkPen(theme.muted))
+        axis.setTextPen(pg.mkPen(theme.foreground))
+        axis.setGrid(int(theme.grid_alpha * 255))
+
+
+def curve_data(item: pg.PlotDataItem) -> tuple[np.ndarray, np.ndarray]:
+    """The full data a curve was given (not the clipped, downsampled copy it paints)."""
+    x, y = item.xData, item.yData
+    return (np.empty(0), np.empty(0)) if x is None else (np.asarray(x), np.asarray(y))
+
+
+def set_window(plot: pg.PlotItem, view: WindowView) -> None:
+    plot.setXRange(view.start, view.end, padding=0)
