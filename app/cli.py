@@ -83,6 +83,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     generate = sub.add_parser("generate", help="run prompts through the engine, batched, and print the replies")
     generate_command.configure(generate)
+
+    from app import bench_ui
+
+    bench = sub.add_parser("bench-ui", help="measure UI stalls and engine throughput with the dashboard shown/hidden")
+    bench_ui.configure(bench)
     return parser
 
 

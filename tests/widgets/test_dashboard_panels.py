@@ -35,7 +35,10 @@ def clock() -> Clock:
 @pytest.fixture
 def dashboard(qtbot, recorder, clock) -> DashboardWidget:
     widget = DashboardWidget(
-        recorder.snapshot, MemoryInfo(weight_bytes=512 * 1024**2, kv_pool_bytes=64 * 1024**2), clock=clock
+        recorder.snapshot,
+        MemoryInfo(weight_bytes=512 * 1024**2, kv_pool_bytes=64 * 1024**2),
+        clock=clock,
+        cpu_share=1.0,  # no redraw budget: every tick draws every panel that is out of date
     )
     widget.timer.stop()  # the tests tick by hand
     qtbot.addWidget(widget)
@@ -48,7 +51,8 @@ def dashboard(qtbot, recorder, clock) -> DashboardWidget:
 def test_prefill_decode_panel_stacks_step_times_and_marks_requests(dashboard) -> None:
     panel = dashboard.panels["prefill_decode"]
     x, decode = curve_data(panel.decode_curve)
-    assert x.tolist() == pytest.approx([0.0, 0.1, 0.2, 0.3, 0.35, 0.4, 0.45])
+    # times are seconds before now (T0 + 0.6)
+    assert x.tolist() == pytest.approx([-0.6, -0.5, -0.4, -0.3, -0.25, -0.2, -0.15])
     assert decode.tolist() == pytest.approx([0.0, 40.0, 3.2, 40.0, 40.0, 40.0, 40.0])
     _, decode_plus_prefill = curve_data(panel.prefill_curve)
     assert decode_plus_prefill[:3].tolist() == pytest.approx([90.0, 40.0, 80.0])
@@ -57,16 +61,16 @@ def test_prefill_decode_panel_stacks_step_times_and_marks_requests(dashboard) ->
     _, tokens = curve_data(panel.prefill_tokens_curve)
     assert tokens[:3].tolist() == [20, 1, 25]
     admitted = panel.markers["admitted"].getData()
-    assert admitted[0].tolist() == pytest.approx([0.1, 0.3]) and admitted[1].tolist() == pytest.approx([100.0, 100.0])
-    assert panel.markers["preempted"].getData()[0].tolist() == pytest.approx([0.45])
-    assert panel.markers["finished"].getData()[0].tolist() == pytest.approx([0.5])
+    assert admitted[0].tolist() == pytest.approx([-0.5, -0.3]) and admitted[1].tolist() == pytest.approx([100.0, 100.0])
+    assert panel.markers["preempted"].getData()[0].tolist() == pytest.approx([-0.15])
+    assert panel.markers["finished"].getData()[0].tolist() == pytest.approx([-0.1])
 
 
 def test_throughput_panel_plots_token_rate_and_running_batch(dashboard) -> None:
     panel = dashboard.panels["throughput"]
     centres, rate = curve_data(panel.rate_curve)
     assert rate.sum() * 1.0 == pytest.approx(8 / 0.6)  # 8 tokens, all in the newest 1 s bin that has run 0.6 s
-    assert centres[-1] == pytest.approx(0.5)
+    assert centres[-1] == pytest.approx(-0.1)
     _t, running = curve_data(panel.running_curve)
     assert running.tolist() == [1, 1, 2, 2, 2, 1, 1]
     assert curve_data(panel.waiting_curve)[1].tolist() == [0, 0, 0, 0, 0, 1, 0]
@@ -76,7 +80,9 @@ def test_streaming_panel_plots_each_chats_tokens_and_ttft(dashboard, qtbot) -> N
     panel = dashboard.panels["streaming"]
     assert set(panel.itl_by_chat) == {"alpha", "beta"}
     t_alpha, itl_alpha = curve_data(panel.itl_curves[0])
-    assert t_alpha.tolist() == pytest.approx([0.15, 0.2, 0.25, 0.3]) and itl_alpha.tolist() == pytest.approx([50] * 4)
+    assert t_alpha.tolist() == pytest.approx([-0.45, -0.4, -0.35, -0.3]) and itl_alpha.tolist() == pytest.approx(
+        [50] * 4
+    )
     assert curve_data(panel.itl_curves[1])[1].tolist() == pytest.approx([80, 80])
     assert sorted(panel.data["ttft_ms"].tolist()) == pytest.approx([100.0, 150.0])
     assert panel.data["histogram_counts"].sum() == 6  # every later token once
@@ -96,7 +102,7 @@ def test_kv_pages_panel_stacks_used_cached_free_and_marks_preemptions(dashboard,
     _, everything = curve_data(panel.free_curve)
     assert used[-1] == 10 and used_cached[-1] == 16 and everything[-1] == 32
     assert curve_data(panel.total_curve)[1].tolist() == [32] * 8
-    assert panel.preempt_markers.getData()[0].tolist() == pytest.approx([0.45])
+    assert panel.preempt_markers.getData()[0].tolist() == pytest.approx([-0.15])
 
 
 def test_page_map_colours_cells_by_owner_and_marks_shared_pages(dashboard) -> None:
@@ -134,7 +140,7 @@ def test_time_window_drops_what_is_older(dashboard, recorder, clock) -> None:
     clock.now = T0 + 101.0
     dashboard.tick()
     panel = dashboard.panels["prefill_decode"]
-    assert curve_data(panel.decode_curve)[0].tolist() == pytest.approx([100.0])
+    assert curve_data(panel.decode_curve)[0].tolist() == pytest.approx([-1.0])
     assert dashboard.numbers.text("ttft_p50") == "–"
     dashboard.window_box.setCurrentText("last 2 min")
     assert dashboard.window_s == 120.0

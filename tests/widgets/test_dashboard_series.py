@@ -59,16 +59,17 @@ def test_sources_keep_their_own_cursors_and_the_history_continues() -> None:
     assert history.steps.column("step").tolist() == [1, 2, 3, 4, 5, 6, 7, 1]
     history.poll(first.snapshot)  # back to the first: its cursor was kept, nothing is read twice
     assert history.steps.size == 8
-    assert history.window(60, T0 + 6).annotations == [(pytest.approx(4.9), "experiment")]
+    assert history.window(60, T0 + 6).annotations == [(pytest.approx(-1.1), "experiment")]
 
 
-def test_window_holds_only_recent_records_relative_to_the_origin() -> None:
+def test_window_holds_only_recent_records_relative_to_now() -> None:
     history = MetricsHistory()
     history.poll(two_chat_recorder(T0).snapshot)
     view = history.window(0.2, now=T0 + 0.5)
-    assert view.steps["t"].tolist() == pytest.approx([0.3, 0.35, 0.4, 0.45])
-    assert view.tokens["t"].min() >= 0.3
-    assert view.start == pytest.approx(0.3) and view.end == pytest.approx(0.5)
+    assert view.steps["t"].tolist() == pytest.approx([-0.2, -0.15, -0.1, -0.05])
+    assert view.tokens["t"].min() >= -0.2
+    assert (view.start, view.end) == (-0.2, 0.0)
+    assert view.since_origin == pytest.approx(0.5)
     assert view.chats == ["alpha", "beta"]
     assert history.window(0.01, now=T0 + 100).num_steps == 0
 
@@ -140,7 +141,7 @@ def test_token_rate_bins_sit_on_whole_multiples() -> None:
     history = MetricsHistory()
     history.poll(recorder.snapshot)
     centres, rate = token_rate(history.window(4.0, T0 + 3.0), bin_s=1.0)
-    assert centres.tolist() == [-0.5, 0.5, 1.5, 2.5]
+    assert centres.tolist() == pytest.approx([-3.5, -2.5, -1.5, -0.5])
     assert rate.tolist() == [0.0, 10.0, 10.0, 10.0]
 
 

@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from widgets.dashboard.budget import DEFAULT_SHARE, RedrawBudget
 from widgets.dashboard.export import export_csv, export_json
 from widgets.dashboard.kv_pages import KVPagesPanel
 from widgets.dashboard.numbers import NumbersPanel
@@ -65,6 +66,7 @@ class DashboardWidget(QWidget):
         memory: MemoryInfo | None = None,
         parent: QWidget | None = None,
         clock: Callable[[], float] = time.monotonic,
+        cpu_share: float = DEFAULT_SHARE,
     ) -> None:
         super().__init__(parent)
         self.setObjectName("dashboard")
@@ -72,8 +74,9 @@ class DashboardWidget(QWidget):
         self._source = source
         self._clock = clock
         self._paused_at: float | None = None
-        self._dirty = True
-        self._last_draw = 0.0
+        self.budget = RedrawBudget(cpu_share)
+        self._version = 0  # bumped whenever the records or the view settings change
+        self._drawn: dict[str, tuple[int, float]] = {}  # panel -> (version it shows, when it was drawn)
         self.window_s = 30.0
         self.theme = theme_for(self.palette())
 
@@ -89,6 +92,7 @@ class DashboardWidget(QWidget):
             panel.setMinimumHeight(230 if cls is not ResultsPanel else 120)
             panel.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
             grid.addWidget(panel, row, col, 1, span)
+            panel.paint_cost_sink = self.budget.spent
             self.panels[panel.key] = panel
         self.panels["results"].hide()  # until an experiment reports
         self.numbers.set_memory(memory or MemoryInfo())
@@ -171,19 +175,19 @@ class DashboardWidget(QWidget):
             self.history.annotate(self._clock(), label)
         self._source = source
         self.source_label.setText(label)
-        self._dirty = True
+        self._changed()
         self.tick()
 
     def set_memory(self, memory: MemoryInfo) -> None:
         self.numbers.set_memory(memory)
-        self._dirty = True
+        self._changed()
 
     def set_window(self, seconds: float) -> None:
         self.window_s = seconds
         label = next((k for k, v in WINDOWS.items() if v == seconds), None)
         if label and self.window_box.currentText() != label:
             self.window_box.setCurrentText(label)
-        self._dirty = True
+        self._changed()
         self.redraw()
 
     def set_paused(self, paused: bool) -> None:
@@ -192,13 +196,13 @@ class DashboardWidget(QWidget):
         self._paused_at = self._clock() if paused else None
         self.pause_button.setChecked(paused)
         self.pause_button.setText("Resume" if paused else "Pause")
-        self._dirty = True
+        self._changed()
         self.redraw()
         self.paused_changed.emit(paused)
 
     def clear(self) -> None:
         self.history.clear()
-        self._dirty = True
+        self._changed()
         self.redraw()
 
     def set_panel_visible(self, key: str, visible: bool) -> None:
@@ -209,7 +213,7 @@ class DashboardWidget(QWidget):
         for action in self.panel_menu.actions():
             if action.text() == panel.title and action.isChecked() != visible:
                 action.setChecked(visible)
-        self._dirty = True
+        self._changed()
         self.redraw()
         self.panel_visibility_changed.emit(key, visible)
 
@@ -221,32 +225,49 @@ class DashboardWidget(QWidget):
         self.set_panel_visible("results", True)
 
     # ---- the timer -------------------------------------------------------------------------------
+    def _changed(self) -> None:
+        self._version += 1
+
     def tick(self) -> None:
-        """Read what is new; redraw when it shows (visible, not paused) and something changed."""
+        """Read what is new; redraw the panels that show something out of date, as the time budget allows."""
         if self._source is not None and self.history.poll(self._source):
-            self._dirty = True
+            self._changed()
         if not self.isVisible() or self.paused:
             return
         now = self._clock()
-        if self._dirty or now - self._last_draw >= IDLE_REDRAW_S:
-            self.redraw()
+        due = [key for key, panel in self.panels.items() if self._on_screen(panel) and self._stale(key, now)]
+        picked = self.budget.pick(due) if due else []
+        if picked:
+            self._refresh(picked)
+
+    def _on_screen(self, panel: Panel) -> bool:
+        # hidden by the user, or scrolled out of the dashboard's view: nothing to draw
+        return not panel.isHidden() and not panel.visibleRegion().isEmpty()
+
+    def _stale(self, key: str, now: float) -> bool:
+        version, when = self._drawn.get(key, (-1, 0.0))
+        return version != self._version or now - when >= IDLE_REDRAW_S  # idle: the time axis still moves
 
     def now(self) -> float:
         return self._paused_at if self._paused_at is not None else self._clock()
 
     def redraw(self) -> None:
-        now = self.now()
-        view = self.history.window(self.window_s, now)
-        for panel in self.panels.values():
-            if not panel.isHidden():
-                panel.refresh(view)
-        self._dirty = False
-        self._last_draw = self._clock()
+        """Redraw every shown panel at once (setting changes, tests), whatever the budget."""
+        self._refresh([key for key, panel in self.panels.items() if not panel.isHidden()])
+
+    def _refresh(self, keys: list[str]) -> None:
+        view = self.history.window(self.window_s, self.now())
+        drawn_at = self._clock()
+        for key in keys:
+            started = time.perf_counter()
+            self.panels[key].refresh(view)
+            self.budget.spent(key, time.perf_counter() - started, "refresh")
+            self._drawn[key] = (self._version, drawn_at)
 
     # ---- showing, hiding, theme ------------------------------------------------------------------------
     def showEvent(self, event) -> None:
         self.timer.setInterval(POLL_MS)
-        self._dirty = True
+        self._changed()
         super().showEvent(event)
 
     def hideEvent(self, event) -> None:
@@ -262,7 +283,7 @@ class DashboardWidget(QWidget):
         self.theme = theme_for(self.palette())
         for panel in self.panels.values():
             panel.apply_theme(self.theme)
-        self._dirty = True
+        self._changed()
 
     # ---- export ----------------------------------------------------------------------------------------
     def grab_panels(self) -> QPixmap:

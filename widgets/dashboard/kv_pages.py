@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pyqtgraph as pg
 
-from widgets.dashboard.panel import Panel, add_plot, legend_html, legend_label, set_window
+from widgets.dashboard.panel import TIME_LABEL, Panel, add_plot, legend_html, legend_label, set_window
 from widgets.dashboard.series import EVENT_KINDS, WindowView, step_of
 
 _PREEMPTED = EVENT_KINDS.index("preempted")
@@ -23,9 +23,9 @@ class KVPagesPanel(Panel):
     def build(self) -> None:
         self.legend = legend_label()
         self.body.addWidget(self.legend)
-        self.graphics = pg.GraphicsLayoutWidget()
+        self.graphics = self.new_graphics()
         self.body.addWidget(self.graphics)
-        self.plot = add_plot(self.graphics, 0, "pages", "time (s)")
+        self.plot = add_plot(self.graphics, 0, "pages", TIME_LABEL)
         # back to front: each curve is cumulative and covers the part of the one behind it below its line
         self.free_curve = self.plot.plot(fillLevel=0)
         self.cached_curve = self.plot.plot(fillLevel=0)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from PySide6.QtWidgets import QGridLayout, QLabel, QWidget
+from PySide6.QtWidgets import QGridLayout, QLabel, QSizePolicy, QWidget
 
 from widgets.dashboard.panel import Panel
 from widgets.dashboard.series import MemoryInfo, WindowView
@@ -72,6 +72,8 @@ class NumbersPanel(Panel):
             label = QLabel(caption)
             value = QLabel("–")
             value.setObjectName(f"number-{key}")
+            value.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)  # no re-layout per update
+            value.setMinimumWidth(110)
             for widget in (label, value):
                 widget.setToolTip(tip)
             grid.addWidget(label, row * 2, col)

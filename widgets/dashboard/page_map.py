@@ -8,10 +8,10 @@ from html import escape
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtWidgets import QLabel, QToolTip
+from PySide6.QtWidgets import QToolTip
 
 from engine.metrics import PageMap
-from widgets.dashboard.panel import Panel
+from widgets.dashboard.panel import Panel, legend_label
 from widgets.dashboard.series import WindowView
 from widgets.dashboard.theme import blend, chat_colour
 
@@ -60,7 +60,7 @@ class PageMapPanel(Panel):
     )
 
     def build(self) -> None:
-        self.graphics = pg.GraphicsLayoutWidget()
+        self.graphics = self.new_graphics()
         self.graphics.setMinimumHeight(120)
         self.body.addWidget(self.graphics)
         self.view_box = self.graphics.addViewBox(row=0, col=0, lockAspect=True, enableMouse=False)
@@ -70,7 +70,7 @@ class PageMapPanel(Panel):
         self.view_box.addItem(self.image)
         self.shared_markers = pg.ScatterPlotItem(size=4, symbol="o", pxMode=True)
         self.view_box.addItem(self.shared_markers)
-        self.legend = QLabel()
+        self.legend = legend_label()
         self.legend.setWordWrap(True)
         self.body.addWidget(self.legend)
         self.page_map: PageMap | None = None

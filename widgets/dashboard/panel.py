@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+
 import numpy as np
 import pyqtgraph as pg
+from PySide6.QtCore import QSize
 from PySide6.QtGui import QPalette
-from PySide6.QtWidgets import QFrame, QLabel, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFrame, QLabel, QSizePolicy, QVBoxLayout, QWidget
 
 from widgets.dashboard.series import WindowView
 from widgets.dashboard.theme import DARK, LIGHT, Theme
@@ -17,6 +21,23 @@ pg.setConfigOptions(antialias=False, useOpenGL=False)
 def theme_for(palette: QPalette) -> Theme:
     """Light or dark, following the window's palette (which follows the system)."""
     return DARK if palette.color(QPalette.ColorRole.Window).lightnessF() < 0.5 else LIGHT
+
+
+class TimedGraphics(pg.GraphicsLayoutWidget):
+    """A pyqtgraph canvas that reports how long each paint took, so the dashboard can budget its redraws."""
+
+    def __init__(self, on_paint: Callable[[float], None]) -> None:
+        super().__init__()
+        self._on_paint = on_paint
+
+    def sizeHint(self) -> QSize:
+        # pyqtgraph asks for 640x480; a modest hint lets the dashboard fit its dock instead of forcing a scroll
+        return QSize(360, 180)
+
+    def paintEvent(self, event) -> None:
+        started = time.perf_counter()
+        super().paintEvent(event)
+        self._on_paint(time.perf_counter() - started)
 
 
 class Panel(QFrame):
@@ -31,7 +52,8 @@ class Panel(QFrame):
         self.setObjectName(f"dashboard-{self.key}")
         self.setFrameShape(QFrame.Shape.StyledPanel)
         self.theme = theme
-        self.chats: list[str] = []
+        #: told the seconds each paint of this panel's charts took (the dashboard's redraw budget)
+        self.paint_cost_sink: Callable[[str, float, str], None] | None = None
         self._title = QLabel(f"<b>{self.title}</b>")
         self._title.setToolTip(self.explanation)
         layout = QVBoxLayout(self)
@@ -44,6 +66,13 @@ class Panel(QFrame):
 
     def build(self) -> None:
         raise NotImplementedError
+
+    def new_graphics(self) -> TimedGraphics:
+        return TimedGraphics(self._painted)
+
+    def _painted(self, seconds: float) -> None:
+        if self.paint_cost_sink is not None:
+            self.paint_cost_sink(self.key, seconds, "paint")
 
     def refresh(self, view: WindowView) -> None:
         raise NotImplementedError
@@ -71,7 +100,7 @@ def add_plot(layout: pg.GraphicsLayoutWidget, row: int, ylabel: str, xlabel: str
     plot.setMenuEnabled(False)
     plot.setMouseEnabled(x=False, y=False)
     plot.hideButtons()
-    plot.showGrid(x=True, y=True)
+    # no grid: pyqtgraph repaints grid lines with the axis on every scroll, the costliest part of a frame
     plot.setLabel("left", ylabel)
     if xlabel:
         plot.setLabel("bottom", xlabel)
@@ -89,6 +118,8 @@ def legend_html(entries: list[tuple[str, str, str]], muted: str) -> str:
 def legend_label() -> QLabel:
     label = QLabel()
     label.setObjectName("dashboard-legend")
+    # new text must not re-layout the dashboard (that would resize, and repaint, every chart)
+    label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
     return label
 
 
@@ -97,7 +128,6 @@ def style_plot(plot: pg.PlotItem, theme: Theme) -> None:
         axis = plot.getAxis(name)
         axis.setPen(pg.mkPen(theme.muted))
         axis.setTextPen(pg.mkPen(theme.foreground))
-        axis.setGrid(int(theme.grid_alpha * 255))
 
 
 def curve_data(item: pg.PlotDataItem) -> tuple[np.ndarray, np.ndarray]:
@@ -107,4 +137,15 @@ def curve_data(item: pg.PlotDataItem) -> tuple[np.ndarray, np.ndarray]:
 
 
 def set_window(plot: pg.PlotItem, view: WindowView) -> None:
-    plot.setXRange(view.start, view.end, padding=0)
+    """The x axis runs from -window to 0 (now); setting the same range again costs nothing."""
+    if plot.getViewBox().state["viewRange"][0] != [view.start, view.end]:
+        plot.setXRange(view.start, view.end, padding=0)
+
+
+def hide_time_axis(plot: pg.PlotItem) -> None:
+    """Upper plots of a panel share the time axis of the one below: no labels to draw twice."""
+    plot.getAxis("bottom").setStyle(showValues=False)
+    plot.getAxis("bottom").setHeight(6)
+
+
+TIME_LABEL = "seconds (0 = now)"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pyqtgraph as pg
 
-from widgets.dashboard.panel import Panel, add_plot, legend_html, legend_label, set_window
+from widgets.dashboard.panel import TIME_LABEL, Panel, add_plot, hide_time_axis, legend_html, legend_label, set_window
 from widgets.dashboard.series import EVENT_KINDS, WindowView, step_of
 from widgets.dashboard.stats import step_time_split
 
@@ -24,11 +24,12 @@ class PrefillDecodePanel(Panel):
     def build(self) -> None:
         self.legend = legend_label()
         self.body.addWidget(self.legend)
-        self.graphics = pg.GraphicsLayoutWidget()
+        self.graphics = self.new_graphics()
         self.body.addWidget(self.graphics)
         self.time_plot = add_plot(self.graphics, 0, "ms / step")
-        self.token_plot = add_plot(self.graphics, 1, "tokens / step", "time (s)")
+        self.token_plot = add_plot(self.graphics, 1, "tokens / step", TIME_LABEL)
         self.token_plot.setXLink(self.time_plot)
+        hide_time_axis(self.time_plot)
         self.graphics.ci.layout.setRowStretchFactor(0, 3)
         self.graphics.ci.layout.setRowStretchFactor(1, 2)
         # drawn back to front: each curve is a cumulative sum, the one in front covers the part below it

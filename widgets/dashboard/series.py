@@ -88,16 +88,18 @@ class MemoryInfo:
 
 @dataclass
 class WindowView:
-    """The records of one time window, times relative to the history's origin (seconds)."""
+    """The records of one time window. Times are seconds relative to the window's end ("now"), so a live chart
+    keeps a fixed axis from -window to 0 and only its data moves."""
 
-    start: float
-    end: float
+    start: float  # -window
+    end: float  # 0
     steps: dict[str, np.ndarray]
     tokens: dict[str, np.ndarray]
     events: dict[str, np.ndarray]
     chats: list[str]
     page_map: PageMap | None
     annotations: list[tuple[float, str]] = field(default_factory=list)
+    since_origin: float = 0.0  # seconds from the first record to the window's end: bins align on it
 
     @property
     def num_steps(self) -> int:
@@ -188,14 +190,14 @@ class MetricsHistory:
 
     # ---- windows -------------------------------------------------------------------------------
     def window(self, seconds: float, now: float) -> WindowView:
-        """Records from the last `seconds` before `now` (monotonic), times relative to the origin."""
-        origin = self.origin if self.origin is not None else now
+        """Records from the last `seconds` before `now` (monotonic), times relative to now."""
         lo = now - seconds
-        steps = _slice(self.steps, "start", lo, origin)
-        tokens = _slice(self.tokens, "time", lo, origin)
-        events = _slice(self.events, "time", lo, origin)
-        notes = [(t - origin, text) for t, text in self.annotations if t >= lo]
-        return WindowView(lo - origin, now - origin, steps, tokens, events, list(self.chats), self.page_map, notes)
+        steps = _slice(self.steps, "start", lo, now)
+        tokens = _slice(self.tokens, "time", lo, now)
+        events = _slice(self.events, "time", lo, now)
+        notes = [(t - now, text) for t, text in self.annotations if lo <= t <= now]
+        since_origin = now - self.origin if self.origin is not None else 0.0
+        return WindowView(-seconds, 0.0, steps, tokens, events, list(self.chats), self.page_map, notes, since_origin)
 
     def latest_time(self) -> float | None:
         times = [table.column(c)[-1] for table, c in ((self.steps, "start"), (self.tokens, "time")) if table.size]
@@ -244,9 +246,9 @@ def step_of(step_starts: np.ndarray, times: np.ndarray) -> np.ndarray:
     return np.clip(rows, 0, len(step_starts) - 1)
 
 
-def _slice(table: ColumnTable, time_column: str, lo: float, origin: float) -> dict[str, np.ndarray]:
+def _slice(table: ColumnTable, time_column: str, lo: float, now: float) -> dict[str, np.ndarray]:
     times = table.column(time_column)
     first = int(np.searchsorted(times, lo))
     columns = {name: table.column(name)[first:] for name in table.names}
-    columns["t"] = times[first:] - origin
+    columns["t"] = times[first:] - now
     return columns

@@ -42,9 +42,10 @@ def step_time_split(view: WindowView) -> StepTimeSplit:
 def token_rate(view: WindowView, bin_s: float) -> tuple[np.ndarray, np.ndarray]:
     """Output tokens per second of the whole engine across the window: (bin centres, rate).
 
-    Bins sit on multiples of bin_s, so a bar keeps its height as the window scrolls; the newest bin is still
-    filling and is divided by the time it has had (or left out while that is too short to mean anything)."""
-    first = math.floor(view.start / bin_s) * bin_s
+    Bins sit on whole multiples of bin_s counted from the first record, so a bar keeps its height as the window
+    scrolls; the newest bin is still filling and is divided by the time it has had (left out while too short)."""
+    shift = view.since_origin  # window time + shift = time since the first record
+    first = math.floor((view.start + shift) / bin_s) * bin_s - shift
     edges = np.arange(first, view.end + bin_s, bin_s)
     if len(edges) < 2:
         return np.empty(0), np.empty(0)

@@ -8,7 +8,7 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel
 
-from widgets.dashboard.panel import Panel, add_plot, legend_html, legend_label, set_window, style_plot
+from widgets.dashboard.panel import TIME_LABEL, Panel, add_plot, legend_html, legend_label, set_window, style_plot
 from widgets.dashboard.series import WindowView
 from widgets.dashboard.stats import chat_latencies, itl_histogram
 from widgets.dashboard.theme import chat_colour
@@ -35,9 +35,9 @@ class StreamingPanel(Panel):
         self.legend = legend_label()
         row.addWidget(self.legend, 1)
         self.body.addLayout(row)
-        self.graphics = pg.GraphicsLayoutWidget()
+        self.graphics = self.new_graphics()
         self.body.addWidget(self.graphics)
-        self.latency_plot = add_plot(self.graphics, 0, "ms", "time (s)")
+        self.latency_plot = add_plot(self.graphics, 0, "ms", TIME_LABEL)
         self.histogram_plot = self.graphics.addPlot(row=0, col=1)
         self.histogram_plot.setMouseEnabled(x=False, y=False)
         self.histogram_plot.setMenuEnabled(False)
@@ -47,8 +47,9 @@ class StreamingPanel(Panel):
         self.graphics.ci.layout.setColumnStretchFactor(0, 3)
         self.graphics.ci.layout.setColumnStretchFactor(1, 1)
         self.itl_curves: dict[int, pg.PlotDataItem] = {}
-        self.ttft_markers = pg.ScatterPlotItem(size=13, symbol="star")
-        self.latency_plot.addItem(self.ttft_markers)
+        # one marker item per chat: a single brush each keeps pyqtgraph's symbol cache warm (per-point brushes
+        # would render every star again on every refresh)
+        self.ttft_markers: dict[int, pg.ScatterPlotItem] = {}
         self.histogram_curve = self.histogram_plot.plot(stepMode="center", fillLevel=0)
         self.data: dict[str, np.ndarray] = {}
         self.ttft_by_chat: dict[str, np.ndarray] = {}
@@ -61,7 +62,8 @@ class StreamingPanel(Panel):
         style_plot(self.histogram_plot, self.theme)
         self.histogram_curve.setPen(pg.mkPen(self.theme.decode, width=1))
         self.histogram_curve.setBrush(pg.mkBrush(self.theme.decode + "90"))
-        self.ttft_markers.setPen(pg.mkPen(self.theme.foreground, width=1))
+        for marker in self.ttft_markers.values():
+            marker.setPen(pg.mkPen(self.theme.foreground, width=1))
 
     @property
     def selected_chat(self) -> str | None:
@@ -73,35 +75,38 @@ class StreamingPanel(Panel):
         for chat in chats[len(known) :]:
             self.chat_box.addItem(chat or "(untagged)")
 
-    def _curve(self, code: int, name: str) -> pg.PlotDataItem:
-        curve = self.itl_curves.get(code)
-        if curve is None:
-            curve = self.latency_plot.plot()
-            curve.setPen(pg.mkPen(chat_colour(code), width=1))
-            self.itl_curves[code] = curve
-        return curve
+    def _items(self, code: int) -> tuple[pg.PlotDataItem, pg.ScatterPlotItem]:
+        if code not in self.itl_curves:
+            self.itl_curves[code] = self.latency_plot.plot(pen=pg.mkPen(chat_colour(code), width=1))
+            marker = pg.ScatterPlotItem(size=13, symbol="star", brush=pg.mkBrush(chat_colour(code)))
+            marker.setPen(pg.mkPen(self.theme.foreground, width=1))
+            marker.setZValue(10)
+            self.latency_plot.addItem(marker)
+            self.ttft_markers[code] = marker
+        return self.itl_curves[code], self.ttft_markers[code]
 
     def refresh(self, view: WindowView) -> None:
         self._sync_chat_box(view.chats)
         selected = self.selected_chat
         codes = [c for c, name in enumerate(view.chats) if selected is None or (name or "(untagged)") == selected]
         self.itl_by_chat, self.ttft_by_chat = {}, {}
-        ttft_x, ttft_y, ttft_colour, all_itl = [], [], [], []
+        ttft_x, ttft_y, all_itl = [], [], []
         for code, name in enumerate(view.chats):
             t, itl, first_t, ttft = chat_latencies(view, code) if code in codes else ((np.empty(0),) * 4)
             if code in codes and (len(t) or len(first_t)):
-                self._curve(code, name).setData(t, itl * 1e3, connect="finite")
+                curve, marker = self._items(code)
+                curve.setData(t, itl * 1e3, connect="finite")
+                marker.setData(x=first_t, y=ttft * 1e3)
                 self.itl_by_chat[name] = (t, itl)
                 self.ttft_by_chat[name] = ttft
                 ttft_x.append(first_t)
                 ttft_y.append(ttft * 1e3)
-                ttft_colour += [chat_colour(code)] * len(first_t)
                 all_itl.append(itl)
             elif code in self.itl_curves:
                 self.itl_curves[code].setData([], [])
+                self.ttft_markers[code].setData([], [])
         xs = np.concatenate(ttft_x) if ttft_x else np.empty(0)
         ys = np.concatenate(ttft_y) if ttft_y else np.empty(0)
-        self.ttft_markers.setData(x=xs, y=ys, brush=[pg.mkBrush(c) for c in ttft_colour])
         itl = np.concatenate(all_itl) if all_itl else np.empty(0)
         edges, counts = itl_histogram(itl)
         self.histogram_curve.setData(edges, counts)

@@ -27,7 +27,6 @@ class Theme:
     background: str
     foreground: str
     muted: str  # axis text, captions
-    grid_alpha: float
     prefill: str
     decode: str
     other: str
@@ -48,7 +47,6 @@ LIGHT = Theme(
     background="#ffffff",
     foreground="#202124",
     muted="#5f6368",
-    grid_alpha=0.18,
     prefill="#f28e2b",
     decode="#4e79a7",
     other="#b8b8b8",
@@ -69,7 +67,6 @@ DARK = Theme(
     background="#1e1f22",
     foreground="#e8eaed",
     muted="#9aa0a6",
-    grid_alpha=0.22,
     prefill="#ffa94d",
     decode="#74a7e0",
     other="#6c6f75",

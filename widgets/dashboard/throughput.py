@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pyqtgraph as pg
 
-from widgets.dashboard.panel import Panel, add_plot, legend_html, legend_label, set_window
+from widgets.dashboard.panel import TIME_LABEL, Panel, add_plot, hide_time_axis, legend_html, legend_label, set_window
 from widgets.dashboard.series import WindowView
 from widgets.dashboard.stats import bin_width_for, token_rate
 
@@ -22,11 +22,12 @@ class ThroughputPanel(Panel):
     def build(self) -> None:
         self.legend = legend_label()
         self.body.addWidget(self.legend)
-        self.graphics = pg.GraphicsLayoutWidget()
+        self.graphics = self.new_graphics()
         self.body.addWidget(self.graphics)
         self.rate_plot = add_plot(self.graphics, 0, "tokens / s")
-        self.batch_plot = add_plot(self.graphics, 1, "running", "time (s)")
+        self.batch_plot = add_plot(self.graphics, 1, "running", TIME_LABEL)
         self.batch_plot.setXLink(self.rate_plot)
+        hide_time_axis(self.rate_plot)
         self.graphics.ci.layout.setRowStretchFactor(0, 3)
         self.graphics.ci.layout.setRowStretchFactor(1, 2)
         self.rate_curve = self.rate_plot.plot(fillLevel=0)
