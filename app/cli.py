@@ -66,7 +66,7 @@ def load_options_from(args: argparse.Namespace):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from app import generate_command
+    from app import bench_command, bench_ui, generate_command
 
     parser = argparse.ArgumentParser(
         prog="inference-studio",
@@ -84,10 +84,11 @@ def build_parser() -> argparse.ArgumentParser:
     generate = sub.add_parser("generate", help="run prompts through the engine, batched, and print the replies")
     generate_command.configure(generate)
 
-    from app import bench_ui
+    bench = sub.add_parser("bench", help="measure the engine against transformers baselines, side by side")
+    bench_command.configure(bench)
 
-    bench = sub.add_parser("bench-ui", help="measure UI stalls and engine throughput with the dashboard shown/hidden")
-    bench_ui.configure(bench)
+    bench_ui_parser = sub.add_parser("bench-ui", help="UI stall and engine throughput, dashboard shown vs hidden")
+    bench_ui.configure(bench_ui_parser)
     return parser
 
 

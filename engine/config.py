@@ -19,6 +19,8 @@ class EngineConfig:
     #: prefill + decode tokens computed in one step (chunked prefill keeps long prompts from stalling decodes)
     max_step_tokens: int = 512
     prefix_caching: bool = True
+    #: fused projections, fused RMSNorm and (CPU float32) prepacked weights; see engine/kernels.py
+    optimize: bool = True
     #: steps kept in the metrics ring buffer
     metrics_capacity: int = 8192
 

@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from engine import kernels
 from engine.attention import PagedKVCache
 from engine.config import EngineConfig
 from engine.detokenizer import IncrementalDetokenizer
@@ -51,6 +52,12 @@ class Engine:
         self.model = loaded.model
         self.tokenizer = loaded.tokenizer
         prepare_model(self.model)
+        if self.config.optimize:
+            self.kernels = kernels.optimize(self.model).kinds
+        else:
+            self.kernels = []
+            if (patches := getattr(self.model, kernels._ATTR, None)) is not None:
+                patches.restore()
 
         text_config = self.model.config.get_text_config()
         heads = text_config.num_attention_heads

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
 
-from engine import attention
+from engine import attention, kernels
 from engine.attention import PagedKVCache, PrefillSlice, StepContext
 from engine.errors import UnsupportedOptionError
 from engine.scheduler import ScheduledChunk
@@ -37,6 +39,21 @@ def prepare_model(model: torch.nn.Module) -> None:
     if model.config._attn_implementation != attention.ATTENTION_NAME:
         # frozen installs have no module source for transformers' heuristic check; set it directly
         model.config._attn_implementation_internal = attention.ATTENTION_NAME
+
+
+@contextlib.contextmanager
+def transformers_mode(model: torch.nn.Module) -> Iterator[None]:
+    """Run the model exactly as transformers built it (its own SDPA attention, original modules): for
+    baselines and golden references. The engine's attention and kernels come back afterwards."""
+    previous = model.config._attn_implementation
+    model.set_attn_implementation("sdpa")
+    try:
+        with kernels.original_modules(model):
+            yield
+    finally:
+        model.set_attn_implementation(previous)
+        if model.config._attn_implementation != previous:
+            model.config._attn_implementation_internal = previous
 
 
 class ModelRunner:

@@ -95,9 +95,9 @@ class MemoryKeyring(keyring.backend.KeyringBackend):
 def reference_greedy(model, prompt_ids: list[int], max_new_tokens: int, eos: bool = True) -> list[int]:
     """transformers' own greedy generate, with attention_mask passed (see DESIGN.md: the pad token is a
     chat token here) and the model's standard attention, as the golden reference."""
-    previous = model.config._attn_implementation
-    model.set_attn_implementation("sdpa")
-    try:
+    from engine.runner import transformers_mode
+
+    with transformers_mode(model):
         ids = torch.tensor([prompt_ids])
         kwargs = {} if eos else {"eos_token_id": None, "min_new_tokens": max_new_tokens}
         with torch.inference_mode():
@@ -110,8 +110,6 @@ def reference_greedy(model, prompt_ids: list[int], max_new_tokens: int, eos: boo
                 **kwargs,
             )
         return out[0, len(prompt_ids) :].tolist()
-    finally:
-        model.set_attn_implementation(previous)
 
 
 def run_to_completion(engine, max_steps: int = 100_000) -> dict[str, list]:

@@ -1,0 +1,108 @@
+"""The benchmark's table, ratios (engine ÷ baseline), JSON record and comparison plot."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+COLUMNS = [
+    ("system", "system", "{}"),
+    ("tokens_per_s", "tok/s", "{:.1f}"),
+    ("ttft_p50_s", "TTFT p50", "{:.2f}s"),
+    ("ttft_p99_s", "TTFT p99", "{:.2f}s"),
+    ("itl_p50_s", "ITL p50", "{:.0f}ms"),
+    ("itl_p99_s", "ITL p99", "{:.0f}ms"),
+    ("e2e_p50_s", "E2E p50", "{:.2f}s"),
+    ("e2e_p99_s", "E2E p99", "{:.2f}s"),
+]
+
+
+def _cell(key: str, fmt: str, row: dict) -> str:
+    value = row.get(key)
+    if value is None:
+        return "-"
+    if key.startswith("itl"):
+        value *= 1000
+    return fmt.format(value)
+
+
+def table(rows: list[dict]) -> str:
+    """A Markdown table of the systems' summaries."""
+    head = "| " + " | ".join(title for _, title, _ in COLUMNS) + " |"
+    rule = "| " + " | ".join("---" for _ in COLUMNS) + " |"
+    lines = [head, rule]
+    for row in rows:
+        if row.get("skipped"):
+            lines.append(f"| {row['system']} | skipped: {row['skipped']} |" + " |" * (len(COLUMNS) - 2))
+            continue
+        lines.append("| " + " | ".join(_cell(key, fmt, row) for key, _, fmt in COLUMNS) + " |")
+    return "\n".join(lines)
+
+
+def ratios(rows: list[dict], engine: str = "engine") -> dict[str, dict[str, float]]:
+    """Engine ÷ baseline for throughput; baseline ÷ engine for latencies (so > 1 means the engine is better)."""
+    base = next((r for r in rows if r["system"] == engine and not r.get("skipped")), None)
+    if base is None:
+        return {}
+    out: dict[str, dict[str, float]] = {}
+    for row in rows:
+        if row is base or row.get("skipped"):
+            continue
+        entry = {}
+        if row.get("tokens_per_s") and base.get("tokens_per_s"):
+            entry["throughput_x"] = base["tokens_per_s"] / row["tokens_per_s"]
+        for key in ("ttft_p50_s", "ttft_p99_s", "itl_p50_s", "e2e_p50_s"):
+            if row.get(key) and base.get(key):
+                entry[key.removesuffix("_s") + "_better_x"] = row[key] / base[key]
+        out[row["system"]] = entry
+    return out
+
+
+def engine_details(row: dict) -> str:
+    keys = [
+        ("peak_pages_used", "peak pages", "{}"),
+        ("pages_total", "of", "{}"),
+        ("kv_waste", "KV waste", "{:.1%}"),
+        ("preemptions", "preemptions", "{}"),
+        ("prefix_hit_rate", "prefix hits", "{:.0%}"),
+        ("prefill_tokens", "prefill tokens", "{}"),
+        ("prefill_step_time_share", "time in prefill steps", "{:.0%}"),
+        ("overhead_share", "engine overhead", "{:.1%}"),
+        ("mean_batch", "mean batch", "{:.1f}"),
+    ]
+    parts = [f"{title} {fmt.format(row[key])}" for key, title, fmt in keys if row.get(key) is not None]
+    return f"{row['system']}: " + ", ".join(parts)
+
+
+def write_json(path: Path, record: dict) -> None:
+    path.write_text(json.dumps(record, indent=1, default=str))
+
+
+def plot(path: Path, record: dict) -> None:
+    """Throughput and TTFT p50 of every system, one group per workload, drawn with pyqtgraph (offscreen)."""
+    import os
+
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    import pyqtgraph as pg
+    import pyqtgraph.exporters
+    from PySide6.QtWidgets import QApplication
+
+    app = QApplication.instance() or QApplication([])
+    pg.setConfigOptions(antialias=True, background="w", foreground="k")
+    layout = pg.GraphicsLayoutWidget()
+    layout.resize(1200, 360 * len(record["workloads"]))
+    palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"]
+    for index, (name, result) in enumerate(record["workloads"].items()):
+        rows = [r for r in result["systems"] if not r.get("skipped")]
+        for column, (key, label) in enumerate((("tokens_per_s", "output tok/s"), ("ttft_p50_s", "TTFT p50 (s)"))):
+            plot_item = layout.addPlot(row=index, col=column, title=f"{name}: {label}")
+            values = [r.get(key) or 0 for r in rows]
+            bars = pg.BarGraphItem(
+                x=list(range(len(rows))), height=values, width=0.6, brushes=[palette[i % 6] for i in range(len(rows))]
+            )
+            plot_item.addItem(bars)
+            plot_item.getAxis("bottom").setTicks([[(i, r["system"]) for i, r in enumerate(rows)]])
+    exporter = pyqtgraph.exporters.ImageExporter(layout.scene())
+    exporter.parameters()["width"] = 1200
+    app.processEvents()
+    exporter.export(str(path))

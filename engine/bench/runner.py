@@ -1,0 +1,132 @@
+"""Runs the chosen workloads through the engine and the baselines, one after another in one process."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib.util
+import time
+from collections.abc import Callable
+
+import torch
+
+from engine.bench import baselines
+from engine.bench.engine_run import run_engine
+from engine.bench.report import ratios
+from engine.bench.results import SystemResult
+from engine.bench.workloads import WORKLOADS, Workload, build
+from engine.config import EngineConfig
+from engine.request import SamplingParams
+
+BASELINES = ("sequential", "static", "generate-batch", "llama-cpp")
+# Defaults keep one `bench` run to a few minutes on a 2-core CPU: the one-at-a-time baseline only where
+# it finishes in reasonable time; `--baselines all` runs everything everywhere.
+DEFAULT_BASELINES = {
+    "single": ["sequential", "static", "generate-batch"],
+    "chat16": ["sequential", "static", "generate-batch"],
+    "chat64": ["static"],
+    "shared-prefix": ["static"],
+    "arrivals": ["static", "generate-batch"],
+}
+
+Progress = Callable[[str], None]
+
+
+def _warm_up(loaded) -> None:
+    """First calls pay for lazy initialisation (thread pools, kernels); keep that out of every system."""
+    from engine.engine import Engine
+
+    engine = Engine(loaded, EngineConfig(kv_pages=8))
+    engine.add_request([1, 2, 3, 4], SamplingParams(max_tokens=2, ignore_eos=True))
+    while engine.has_unfinished:
+        engine.step()
+    with baselines.standard_attention(loaded.model):
+        baselines._generate(loaded.model, 0, [[1, 2, 3, 4]], 2)
+
+
+def _agreement(engine: SystemResult, other: SystemResult) -> float | None:
+    if not engine.outputs or not other.outputs or len(engine.outputs) != len(other.outputs):
+        return None
+    same = sum(1 for a, b in zip(engine.outputs, other.outputs, strict=True) if a == b)
+    return same / len(engine.outputs)
+
+
+def run_workload(
+    loaded,
+    workload: Workload,
+    chosen: list[str],
+    config: EngineConfig,
+    progress: Progress,
+    llama_cpp_gguf: str | None = None,
+) -> dict:
+    results: list[SystemResult] = []
+    progress(f"{workload.name}: engine")
+    results.append(run_engine(loaded, workload, config))
+    if workload.name == "shared-prefix":
+        progress(f"{workload.name}: engine without prefix caching")
+        off = dataclasses.replace(config, prefix_caching=False)
+        results.append(run_engine(loaded, workload, off, name="engine-no-prefix-cache"))
+    runners = {
+        "sequential": baselines.run_sequential,
+        "static": baselines.run_static,
+        "generate-batch": baselines.run_generate_batch,
+    }
+    for name in chosen:
+        progress(f"{workload.name}: {name}")
+        if name == "llama-cpp":
+            if importlib.util.find_spec("llama_cpp") is None or not llama_cpp_gguf:
+                results.append(SystemResult("llama-cpp-python", 0, [], skipped="llama-cpp-python not installed"))
+                continue
+            threads = torch.get_num_threads()
+            results.append(
+                baselines.run_llama_cpp(llama_cpp_gguf, loaded.tokenizer, workload, time.perf_counter(), threads)
+            )
+            continue
+        try:
+            run = runners[name]
+            if name == "generate-batch":
+                kv_bytes = config.kv_memory_bytes if config.kv_pages is None else None
+                run = functools.partial(run, kv_memory_bytes=kv_bytes or 512 * 1024**2)
+            results.append(run(loaded.model, loaded.tokenizer, workload, time.perf_counter()))
+        except Exception as exc:  # a baseline that breaks must not take the engine's numbers with it
+            results.append(SystemResult(name, 0, [], skipped=f"{type(exc).__name__}: {exc}"))
+    rows = [r.summary() for r in results]
+    engine_result = results[0]
+    return {
+        "description": workload.description,
+        "requests": len(workload.requests),
+        "output_tokens": workload.output_tokens,
+        "prompt_tokens": sum(len(r.prompt_ids) for r in workload.requests),
+        "systems": rows,
+        "ratios": ratios(rows),
+        "same_tokens_as": {r.system: _agreement(engine_result, r) for r in results[1:] if not r.skipped and r.outputs},
+    }
+
+
+def run_benchmark(
+    loaded,
+    workloads: list[str] | None = None,
+    chosen_baselines: list[str] | None = None,
+    config: EngineConfig | None = None,
+    progress: Progress = lambda message: None,
+    scale: float = 1.0,
+    llama_cpp_gguf: str | None = None,
+) -> dict:
+    config = config or EngineConfig()
+    names = workloads or WORKLOADS
+    progress("warming up")
+    _warm_up(loaded)
+    record = {
+        "model": loaded.info.description,
+        "dtype": loaded.info.dtype,
+        "device": loaded.info.device,
+        "torch_threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "engine_config": dataclasses.asdict(config),
+        "workloads": {},
+    }
+    for name in names:
+        workload = build(name, loaded.tokenizer, scale)
+        chosen = DEFAULT_BASELINES[name] if chosen_baselines is None else chosen_baselines
+        record["workloads"][name] = run_workload(loaded, workload, chosen, config, progress, llama_cpp_gguf)
+    return record

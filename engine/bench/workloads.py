@@ -1,0 +1,112 @@
+"""Named benchmark workloads: chat prompts, a shared system prompt, and requests arriving over time."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from engine.prompts import encode_prompt
+
+TOPICS = [
+    "the water cycle", "black holes", "sourdough bread", "the French revolution", "photosynthesis",
+    "how vaccines work", "the stock market", "volcanoes", "machine learning", "the Roman empire",
+    "coral reefs", "electric cars", "the human heart", "jazz music", "honey bees", "the Moon landing",
+]  # fmt: skip
+ASKS = [
+    "Explain {t} to a ten-year-old.",
+    "Give me three surprising facts about {t}.",
+    "Write a short poem about {t}.",
+    "What are the main open questions about {t}?",
+]
+SHARED_SYSTEM = (
+    "You are the support assistant of Northwind Outfitters, a company that sells hiking, camping and climbing "
+    "gear. Policies: orders ship within two business days; returns are accepted within 60 days if the item is "
+    "unused and in its original packaging; worn footwear can be returned within 14 days for store credit; "
+    "sleeping bags and tents carry a two-year warranty against manufacturing defects; climbing hardware cannot "
+    "be returned once the packaging is opened, for safety reasons. Customers in the loyalty programme get free "
+    "shipping and a 10% discount on full-price items. Always be concise and friendly, never promise delivery "
+    "dates, and never invent products. If you do not know an answer, say that a human colleague will follow up "
+    "by email within one business day. "
+) * 2
+QUESTIONS = [
+    "Can I return boots I wore once?", "How long is the tent warranty?", "Do loyalty members pay shipping?",
+    "Can I return an opened carabiner?", "When will my order ship?", "Is there a discount on sale items?",
+    "My sleeping bag zipper broke after a year.", "Can I exchange a jacket for another size?",
+]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class BenchRequest:
+    prompt_ids: list[int]
+    max_new_tokens: int
+    arrival_s: float = 0.0  # offset from the start of the run
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    description: str
+    requests: list[BenchRequest]
+
+    @property
+    def output_tokens(self) -> int:
+        return sum(r.max_new_tokens for r in self.requests)
+
+    @property
+    def has_arrivals(self) -> bool:
+        return any(r.arrival_s > 0 for r in self.requests)
+
+
+def chat_prompts(count: int) -> list[str]:
+    return [ASKS[(i // len(TOPICS)) % len(ASKS)].format(t=TOPICS[i % len(TOPICS)]) for i in range(count)]
+
+
+def long_document(index: int, sentences: int) -> str:
+    rng = random.Random(index)
+    words = [t.split()[-1] for t in TOPICS]
+    return " ".join(
+        f"Note {n}: the {rng.choice(words)} report mentions {rng.randint(2, 99)} cases near the {rng.choice(words)}."
+        for n in range(sentences)
+    )
+
+
+def build(name: str, tokenizer, scale: float = 1.0) -> Workload:
+    """The workload called `name`; scale < 1 shrinks token counts (tests use it on tiny models)."""
+
+    def n(tokens: int) -> int:
+        return max(2, int(tokens * scale))
+
+    def chat(text: str, system: str | None = None) -> list[int]:
+        messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": text}]
+        return encode_prompt(tokenizer, messages=messages)
+
+    if name == "single":
+        return Workload(name, "1 chat request, 128 new tokens", [BenchRequest(chat(chat_prompts(1)[0]), n(128))])
+    if name == "chat16":
+        reqs = [BenchRequest(chat(p), n(64)) for p in chat_prompts(16)]
+        return Workload(name, "16 different chat prompts at once, 64 new tokens each", reqs)
+    if name == "chat64":
+        reqs = [BenchRequest(chat(p), n(128)) for p in chat_prompts(64)]
+        return Workload(name, "64 different chat prompts at once, 128 new tokens each", reqs)
+    if name == "shared-prefix":
+        reqs = [
+            BenchRequest(chat(QUESTIONS[i % len(QUESTIONS)] + f" (ticket {i})", SHARED_SYSTEM), n(32))
+            for i in range(32)
+        ]
+        return Workload(name, "32 requests sharing a ~500-token system prompt, 32 new tokens each", reqs)
+    if name == "arrivals":
+        rng = random.Random(7)
+        reqs = []
+        clock = 0.0
+        for i in range(40):
+            clock += rng.expovariate(2.0)  # about 2 requests a second
+            if rng.random() < 0.25:
+                prompt = chat("Summarise these notes in two sentences:\n" + long_document(i, rng.randint(15, 30)))
+            else:
+                prompt = chat(chat_prompts(64)[rng.randrange(64)])
+            reqs.append(BenchRequest(prompt, n(rng.choice([16, 32, 64, 128])), arrival_s=clock * min(1.0, scale * 4)))
+        return Workload(name, "40 requests arriving at ~2/s, mixed prompt (40-600 tokens) and output lengths", reqs)
+    raise KeyError(name)
+
+
+WORKLOADS = ["single", "chat16", "chat64", "shared-prefix", "arrivals"]
