@@ -11,37 +11,28 @@ import time
 from dataclasses import asdict, dataclass, field
 
 STALL_TICK_MS = 20
-QUESTIONS = (
-    "Explain how a bicycle stays upright.",
-    "Write a short story about a lighthouse keeper.",
-    "What are the main causes of inflation?",
-    "Describe how a compiler turns code into a program.",
-    "Give advice for someone learning to cook.",
-    "Why do cats purr?",
-    "Summarise the plot of a heist film you invent.",
-    "How does a heat pump work?",
-)
+SETTLE_S = 1.0  # after showing or hiding the dashboard (a full repaint, saved-up credit), before a phase counts
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     from app.cli import add_model_options
 
     add_model_options(parser)
-    parser.add_argument("--chats", type=int, default=8, help="concurrent chats streaming (default 8)")
-    parser.add_argument("--tokens", type=int, default=32, help="tokens per reply (default 32)")
-    parser.add_argument("--rounds", type=int, default=2, help="rounds with the dashboard visible, and as many hidden")
+    parser.add_argument("--chats", type=int, default=8, help="chats streaming at once (default 8)")
+    parser.add_argument("--phases", type=int, default=24, help="alternating phases, dashboard shown/hidden (24)")
+    parser.add_argument("--phase-seconds", type=float, default=3.0, help="length of one phase (default 3 s)")
     parser.add_argument("--kv-memory", type=float, default=128, help="KV cache budget in MiB (default 128)")
-    parser.add_argument("--screenshot", metavar="PNG", help="save the window while the last visible round streams")
+    parser.add_argument("--screenshot", metavar="PNG", help="save the window while the chats stream")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a report")
     parser.set_defaults(handler=run)
 
 
 @dataclass
-class RoundResult:
+class Phase:
     dashboard: str  # "visible" or "hidden"
     tokens: int
     wall_s: float
-    ui_cpu_s: float = 0.0  # CPU time of the UI thread during the round
+    ui_cpu_s: float  # CPU time of the UI thread during the phase
     stall_ms: list[float] = field(default_factory=list, repr=False)
 
     @property
@@ -53,31 +44,33 @@ class RoundResult:
 class BenchReport:
     model: str
     chats: int
-    tokens_per_reply: int
+    phases: int
+    phase_seconds: float
     stall_p50_ms: float
     stall_p99_ms: float
     stall_max_ms: float
     hidden_stall_p99_ms: float
     visible_tokens_per_s: float
     hidden_tokens_per_s: float
-    ratio: float
-    rounds: list[dict]
-    panel_cost_ms: dict[str, float] = field(default_factory=dict)  # refresh + paint, learned by the dashboard
+    ratio: float  # median over each visible phase of its rate / the mean of the hidden phases beside it
+    ratio_quartiles: tuple[float, float]  # the spread of those per-phase ratios: how noisy the machine was
+    ui_busy_visible: float
+    ui_busy_hidden: float
+    panel_cost_ms: dict[str, float] = field(default_factory=dict)
+    phase_rates: list[tuple[str, float]] = field(default_factory=list)
 
     def lines(self) -> list[str]:
         return [
-            f"model: {self.model}; {self.chats} chats streaming {self.tokens_per_reply} tokens each; all panels shown",
-            f"event-loop stall (lateness of a {STALL_TICK_MS} ms timer, dashboard visible): "
-            f"p50 {self.stall_p50_ms:.1f} ms, p99 {self.stall_p99_ms:.1f} ms, max {self.stall_max_ms:.1f} ms "
-            f"(target p99 < 50 ms); hidden: p99 {self.hidden_stall_p99_ms:.1f} ms",
-            f"engine throughput: dashboard visible {self.visible_tokens_per_s:.1f} tok/s, hidden "
-            f"{self.hidden_tokens_per_s:.1f} tok/s, ratio {self.ratio:.3f} (target >= 0.95)",
-            "panel redraw cost: " + ", ".join(f"{k} {v:.1f} ms" for k, v in self.panel_cost_ms.items()),
-            "rounds: "
-            + ", ".join(
-                f"{r['dashboard']} {r['tokens_per_s']:.1f} tok/s (UI thread busy {r['ui_busy']:.0%})"
-                for r in self.rounds
-            ),
+            f"model: {self.model}; {self.chats} chats streaming; {self.phases} phases of {self.phase_seconds:g} s, "
+            "dashboard (every panel) shown and hidden in turn",
+            f"event-loop stall (lateness of a {STALL_TICK_MS} ms timer), dashboard shown: p50 {self.stall_p50_ms:.1f} "
+            f"ms, p99 {self.stall_p99_ms:.1f} ms, max {self.stall_max_ms:.1f} ms (target p99 < 50 ms); "
+            f"hidden: p99 {self.hidden_stall_p99_ms:.1f} ms",
+            f"engine throughput: shown {self.visible_tokens_per_s:.1f} tok/s, hidden {self.hidden_tokens_per_s:.1f} "
+            f"tok/s, ratio {self.ratio:.3f} (target >= 0.95; per-phase ratios' quartiles "
+            f"{self.ratio_quartiles[0]:.2f}–{self.ratio_quartiles[1]:.2f})",
+            f"UI thread busy: shown {self.ui_busy_visible:.1%}, hidden {self.ui_busy_hidden:.1%}",
+            "panel redraw cost: " + ", ".join(f"{k} {v:.1f} ms" for k, v in self.panel_cost_ms.items() if v),
         ]
 
 
@@ -121,70 +114,82 @@ def run(args: argparse.Namespace) -> int:
     from engine.worker import EngineThread
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
-    if os.environ.get("SWITCH"):
-        sys.setswitchinterval(float(os.environ["SWITCH"]))
     loaded = load_model(args.model, load_options_from(args))
     engine = Engine(loaded, EngineConfig(kv_memory_bytes=int(args.kv_memory * 1024**2)))
     worker = EngineThread(engine).start()
     window = BenchWindow(worker, loaded.info.weight_bytes, chats=args.chats)
     window.show()
     probe = StallProbe()
+    phases: list[Phase] = []
     try:
-        window.run_round(max(4, args.tokens // 4))  # warm-up: first-call costs out of the measurement
-        rounds: list[RoundResult] = []
-        for i in range(args.rounds * 2):
-            visible = i % 2 == 0  # alternate, so a drift in machine load hits both sides alike
+        window.start_streaming()
+        window.wait(3.0)  # warm-up: first calls, and a dashboard with something to draw
+        if args.screenshot:
+            window.grab().save(args.screenshot)
+        for i in range(args.phases):
+            visible = i % 2 == 0  # alternate in short phases, so drifts in machine load hit both sides alike
             window.dashboard.setVisible(visible)
-            app.processEvents()
+            window.wait(SETTLE_S)
+            tokens, cpu, started = window.token_count(), time.thread_time(), time.perf_counter()
             probe.start()
-            shoot = args.screenshot if visible and i >= args.rounds * 2 - 2 else None
-            cpu = time.thread_time()
-            tokens, wall = window.run_round(args.tokens, screenshot=shoot)
-            cpu = time.thread_time() - cpu
-            rounds.append(RoundResult("visible" if visible else "hidden", tokens, wall, cpu, probe.stop()))
+            window.wait(args.phase_seconds)
+            stalls = probe.stop()
+            wall = time.perf_counter() - started
+            phases.append(
+                Phase(
+                    "visible" if visible else "hidden",
+                    window.token_count() - tokens,
+                    wall,
+                    time.thread_time() - cpu,
+                    stalls,
+                )
+            )
+        window.stop_streaming()
     finally:
         window.close()
         worker.shutdown()
-    report = summarize(rounds, loaded.info.name, args)
+    report = summarize(phases, loaded.info.name, args)
     report.panel_cost_ms = {k: round(window.dashboard.budget.cost(k) * 1e3, 1) for k in window.dashboard.panels}
-    if args.json:
-        print(json.dumps(asdict(report)))
-    else:
-        print("\n".join(report.lines()))
+    print(json.dumps(asdict(report)) if args.json else "\n".join(report.lines()))
     del app
     return 0
 
 
-def summarize(rounds: list[RoundResult], model: str, args: argparse.Namespace) -> BenchReport:
-    visible = [r for r in rounds if r.dashboard == "visible"]
-    hidden = [r for r in rounds if r.dashboard == "hidden"]
-    stalls = sorted(s for r in visible for s in r.stall_ms) or [0.0]
-    hidden_stalls = sorted(s for r in hidden for s in r.stall_ms) or [0.0]
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values) or [0.0]
+    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
 
-    def pct(q: float, values: list[float] = stalls) -> float:
-        return values[min(len(values) - 1, round(q / 100 * (len(values) - 1)))]
 
-    v = statistics.median(r.tokens_per_s for r in visible)
-    h = statistics.median(r.tokens_per_s for r in hidden)
+def summarize(phases: list[Phase], model: str, args: argparse.Namespace) -> BenchReport:
+    visible = [p for p in phases if p.dashboard == "visible"]
+    hidden = [p for p in phases if p.dashboard == "hidden"]
+    stalls = [s for p in visible for s in p.stall_ms]
+    # each shown phase against the hidden phases right before and after it: slow drifts cancel out
+    ratios = []
+    for i, phase in enumerate(phases):
+        if phase.dashboard != "visible":
+            continue
+        beside = [phases[j].tokens_per_s for j in (i - 1, i + 1) if 0 <= j < len(phases)]
+        if beside and statistics.mean(beside) > 0:
+            ratios.append(phase.tokens_per_s / statistics.mean(beside))
+
+    def busy(group: list[Phase]) -> float:
+        return sum(p.ui_cpu_s for p in group) / sum(p.wall_s for p in group) if group else 0.0
+
     return BenchReport(
         model=model,
         chats=args.chats,
-        tokens_per_reply=args.tokens,
-        stall_p50_ms=pct(50),
-        stall_p99_ms=pct(99),
-        stall_max_ms=stalls[-1],
-        hidden_stall_p99_ms=pct(99, hidden_stalls),
-        visible_tokens_per_s=v,
-        hidden_tokens_per_s=h,
-        ratio=v / h if h else 0.0,
-        rounds=[
-            {
-                "dashboard": r.dashboard,
-                "tokens": r.tokens,
-                "wall_s": round(r.wall_s, 3),
-                "tokens_per_s": r.tokens_per_s,
-                "ui_busy": r.ui_cpu_s / r.wall_s if r.wall_s else 0.0,
-            }
-            for r in rounds
-        ],
+        phases=len(phases),
+        phase_seconds=args.phase_seconds,
+        stall_p50_ms=percentile(stalls, 50),
+        stall_p99_ms=percentile(stalls, 99),
+        stall_max_ms=max(stalls, default=0.0),
+        hidden_stall_p99_ms=percentile([s for p in hidden for s in p.stall_ms], 99),
+        visible_tokens_per_s=statistics.median(p.tokens_per_s for p in visible) if visible else 0.0,
+        hidden_tokens_per_s=statistics.median(p.tokens_per_s for p in hidden) if hidden else 0.0,
+        ratio=statistics.median(ratios) if ratios else 0.0,
+        ratio_quartiles=(percentile(ratios, 25), percentile(ratios, 75)),
+        ui_busy_visible=busy(visible),
+        ui_busy_hidden=busy(hidden),
+        phase_rates=[(p.dashboard, round(p.tokens_per_s, 1)) for p in phases],
     )

@@ -3,32 +3,47 @@
 from __future__ import annotations
 
 import threading
-import time
 
 from PySide6.QtCore import QEventLoop, QTimer
 from PySide6.QtWidgets import QGridLayout, QHBoxLayout, QPlainTextEdit, QWidget
 
 from engine.request import SamplingParams
-from engine.worker import EngineThread
+from engine.worker import EngineThread, RequestHandle
 from widgets.dashboard.dashboard import DashboardWidget
 from widgets.dashboard.series import MemoryInfo
 
 FRAME_MS = 33  # chat text is applied once per frame, as the studio's bridge does, not once per token
+QUESTIONS = (
+    "Explain how a bicycle stays upright.",
+    "Write a short story about a lighthouse keeper.",
+    "What are the main causes of inflation?",
+    "Describe how a compiler turns code into a program.",
+    "Give advice for someone learning to cook.",
+    "Why do cats purr?",
+    "Summarise the plot of a heist film you invent.",
+    "How does a heat pump work?",
+)
 
 
 class BenchWindow(QWidget):
-    def __init__(self, worker: EngineThread, weight_bytes: int, chats: int = 8) -> None:
+    """Chats that keep streaming (a finished reply is followed by a new question) beside the dashboard."""
+
+    def __init__(self, worker: EngineThread, weight_bytes: int, chats: int = 8, reply_tokens: int = 128) -> None:
         super().__init__()
         self.setWindowTitle("Inference Studio — bench-ui")
         self.worker = worker
+        self.reply_tokens = reply_tokens
         self._pending: list = []
         self._lock = threading.Lock()
+        self.tokens_made = 0  # counted in the engine thread, read under the lock
         self.views: dict[str, QPlainTextEdit] = {}
+        self.handles: dict[str, RequestHandle] = {}
         grid_host = QWidget()
         grid = QGridLayout(grid_host)
         for i in range(chats):
             view = QPlainTextEdit()
             view.setReadOnly(True)
+            view.setMaximumBlockCount(200)
             self.views[f"Chat {i + 1}"] = view
             grid.addWidget(view, i // 2, i % 2)
         engine = worker.engine
@@ -42,47 +57,49 @@ class BenchWindow(QWidget):
         self.frame.setInterval(FRAME_MS)
         self.frame.timeout.connect(self._apply_events)
         self.frame.start()
+        self._streaming = False
+        self._asked = 0
 
     def _on_events(self, events) -> None:
         with self._lock:
             self._pending.extend(events)
+            self.tokens_made += sum(len(e.token_ids) for e in events)
+
+    def token_count(self) -> int:
+        with self._lock:
+            return self.tokens_made
 
     def _apply_events(self) -> None:
         with self._lock:
             events, self._pending = self._pending, []
         for event in events:
             view = self.views.get(event.tag)
-            if view is not None and event.text:
+            if view is None:
+                continue
+            if event.text:
                 view.insertPlainText(event.text)
+            if event.finished and self._streaming:
+                self._ask(event.tag)
 
-    def run_round(self, tokens: int, screenshot: str | None = None) -> tuple[int, float]:
-        """Every chat asks at once and streams `tokens` tokens; returns (tokens made, wall seconds)."""
-        from app.bench_ui import QUESTIONS
+    def _ask(self, tag: str) -> None:
+        question = QUESTIONS[self._asked % len(QUESTIONS)]
+        self._asked += 1
+        params = SamplingParams(max_tokens=self.reply_tokens, temperature=0.0, ignore_eos=True)
+        self.views[tag].appendPlainText(f"\n> {question}\n")
+        self.handles[tag] = self.worker.submit(messages=[{"role": "user", "content": question}], params=params, tag=tag)
 
-        params = SamplingParams(max_tokens=tokens, temperature=0.0, ignore_eos=True)
-        self._apply_events()  # the end of the last round first, then a clean page
-        for view in self.views.values():
-            view.clear()
-        started = time.monotonic()
-        asks = [[{"role": "user", "content": QUESTIONS[i % len(QUESTIONS)]}] for i in range(len(self.views))]
-        handles = [self.worker.submit(messages=m, params=params, tag=t) for m, t in zip(asks, self.views, strict=True)]
+    def start_streaming(self) -> None:
+        """Every chat asks at once, and asks again whenever its reply ends."""
+        self._streaming = True
+        for tag in self.views:
+            self._ask(tag)
+
+    def stop_streaming(self) -> None:
+        self._streaming = False
+        for handle in self.handles.values():
+            handle.cancel()
+
+    def wait(self, seconds: float) -> None:
         loop = QEventLoop()
-        check = QTimer()
-        check.setInterval(20)
-        shot_taken = screenshot is None
-
-        def poll() -> None:
-            nonlocal shot_taken
-            done = sum(h.done for h in handles)
-            if not shot_taken and done == 0 and sum(len(h.token_ids) for h in handles) > tokens * len(handles) // 2:
-                self.grab().save(screenshot)
-                shot_taken = True
-            if done == len(handles):
-                loop.quit()
-
-        check.timeout.connect(poll)
-        check.start()
+        QTimer.singleShot(int(seconds * 1000), loop.quit)
         loop.exec()
-        check.stop()
-        finished = max(h.final.time for h in handles if h.final is not None)
-        return sum(len(h.token_ids) for h in handles), finished - started

@@ -2,40 +2,70 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Sequence
 
-#: the dashboard's share of wall time; the engine computes on the same cores, and a chart that updates a few
-#: times a second on a slow machine is better than a slower engine (on a fast one it is 10 Hz anyway)
-DEFAULT_SHARE = 0.06
-MAX_CREDIT_S = 0.25  # time saved up while idle: enough to redraw everything at once after a pause, no more
+#: the dashboard's share of the UI thread's wall time: 1.5% of the whole machine's CPU (the engine computes on
+#: the same cores). On 2 slow cores the charts update about once a second; on 8 fast ones at the full 10 Hz.
+DEFAULT_SHARE = min(0.25, 0.015 * (os.cpu_count() or 2))
+MAX_CREDIT_S = 0.1  # time saved up while idle: a few panels' worth, no more
+MAX_TICK_S = 0.015  # redraws planned into one tick: more at once would stall the event loop visibly
 
 
 class RedrawBudget:
-    """Time credit that grows with wall time at `share`; each panel redraw (refresh plus paint) spends its cost.
+    """CPU-time credit that grows with wall time at `share`; the dashboard's work spends it.
 
-    Panels are taken round-robin, so when the credit is short every panel still gets its turn: a slow machine
-    sees every chart update less often, never some charts frozen. Costs are learned per panel (moving average)
-    from what refreshing and painting actually took."""
+    The work of a redraw is only partly in the refresh call: Qt paints the charts and labels later, in the event
+    loop. So the UI thread's CPU time between two ticks is measured, and what exceeds the usual amount between
+    ticks that redrew nothing (the chats, the rest of the window) is charged to the panels redrawn just before.
+    Panels are taken round-robin: on a slow machine every chart updates less often, none freezes."""
 
-    def __init__(self, share: float = DEFAULT_SHARE, clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(
+        self,
+        share: float = DEFAULT_SHARE,
+        clock: Callable[[], float] = time.perf_counter,
+        cpu: Callable[[], float] = time.thread_time,
+    ) -> None:
         self.share = share
         self._clock = clock
-        self._last = clock()
+        self._cpu = cpu
+        self._last_wall = clock()
+        self._tick_cpu = self._last_cpu = cpu()
         self.credit = MAX_CREDIT_S
-        self._parts: dict[tuple[str, str], float] = {}  # (panel, "refresh" or "paint") -> moving average
+        self.baseline_s = 0.0  # UI-thread CPU between ticks that redrew nothing
+        self._costs: dict[str, float] = {}  # panel -> seconds per redraw, moving average
         self._order: list[str] = []
+        self._redrawn: dict[str, float] = {}  # panels redrawn by the last tick -> their refresh seconds
 
     @property
     def unlimited(self) -> bool:
         return self.share >= 1.0
 
+    def cost(self, key: str) -> float:
+        return self._costs.get(key, 0.0)
+
+    def begin_tick(self) -> None:
+        """Accrue credit for the wall time passed; charge the work Qt did since the last tick."""
+        now, cpu = self._clock(), self._cpu()
+        self.credit = min(MAX_CREDIT_S, self.credit + (now - self._last_wall) * self.share)
+        self._last_wall = now
+        gap = cpu - self._last_cpu
+        if self._redrawn:
+            extra = max(0.0, gap - self.baseline_s)
+            self.credit -= extra
+            total = sum(self._redrawn.values())
+            for key, refresh in self._redrawn.items():
+                weight = refresh / total if total > 0 else 1.0 / len(self._redrawn)
+                self._learn(key, refresh + extra * weight)
+        else:
+            self.baseline_s = 0.9 * self.baseline_s + 0.1 * gap
+        self._redrawn = {}
+        self._tick_cpu = cpu
+
     def pick(self, due: Sequence[str]) -> list[str]:
-        """The due panels to redraw now, oldest turn first, as many as the credit covers (at least one if any
-        credit is left: a panel's cost is only known after it ran)."""
-        now = self._clock()
-        self.credit = min(MAX_CREDIT_S, self.credit + (now - self._last) * self.share)
-        self._last = now
+        """The due panels to redraw now, longest-waiting first, as many as the credit and the per-tick limit
+        cover (at least one whenever there is credit: a panel's cost is only known once it ran)."""
         for key in due:
             if key not in self._order:
                 self._order.append(key)
@@ -45,7 +75,7 @@ class RedrawBudget:
         picked: list[str] = []
         planned = 0.0
         for key in queue:
-            if self.credit - planned <= 0:
+            if self.credit - planned <= 0 or (picked and planned + self.cost(key) > MAX_TICK_S):
                 break
             picked.append(key)
             planned += self.cost(key)
@@ -54,12 +84,14 @@ class RedrawBudget:
             self._order.append(key)
         return picked
 
-    def cost(self, key: str) -> float:
-        """Expected seconds to redraw the panel: refresh plus paint."""
-        return self._parts.get((key, "refresh"), 0.0) + self._parts.get((key, "paint"), 0.0)
+    def redrawn(self, key: str, refresh_s: float) -> None:
+        self._redrawn[key] = self._redrawn.get(key, 0.0) + refresh_s
 
-    def spent(self, key: str, seconds: float, part: str = "refresh") -> None:
-        """A panel took `seconds` to refresh, or to paint (paints arrive after pick(), from the event loop)."""
-        self.credit -= seconds
-        previous = self._parts.get((key, part))
-        self._parts[(key, part)] = seconds if previous is None else 0.7 * previous + 0.3 * seconds
+    def end_tick(self) -> None:
+        """Charge this tick's own CPU time (reading snapshots, refreshing panels)."""
+        self._last_cpu = self._cpu()
+        self.credit -= self._last_cpu - self._tick_cpu
+
+    def _learn(self, key: str, seconds: float) -> None:
+        previous = self._costs.get(key)
+        self._costs[key] = seconds if previous is None else 0.7 * previous + 0.3 * seconds

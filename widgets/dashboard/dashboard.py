@@ -92,7 +92,6 @@ class DashboardWidget(QWidget):
             panel.setMinimumHeight(230 if cls is not ResultsPanel else 120)
             panel.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
             grid.addWidget(panel, row, col, 1, span)
-            panel.paint_cost_sink = self.budget.spent
             self.panels[panel.key] = panel
         self.panels["results"].hide()  # until an experiment reports
         self.numbers.set_memory(memory or MemoryInfo())
@@ -230,15 +229,15 @@ class DashboardWidget(QWidget):
 
     def tick(self) -> None:
         """Read what is new; redraw the panels that show something out of date, as the time budget allows."""
+        self.budget.begin_tick()
         if self._source is not None and self.history.poll(self._source):
             self._changed()
-        if not self.isVisible() or self.paused:
-            return
-        now = self._clock()
-        due = [key for key, panel in self.panels.items() if self._on_screen(panel) and self._stale(key, now)]
-        picked = self.budget.pick(due) if due else []
-        if picked:
-            self._refresh(picked)
+        if self.isVisible() and not self.paused:
+            now = self._clock()
+            due = [key for key, panel in self.panels.items() if self._on_screen(panel) and self._stale(key, now)]
+            if due:
+                self._refresh(self.budget.pick(due))
+        self.budget.end_tick()
 
     def _on_screen(self, panel: Panel) -> bool:
         # hidden by the user, or scrolled out of the dashboard's view: nothing to draw
@@ -259,9 +258,9 @@ class DashboardWidget(QWidget):
         view = self.history.window(self.window_s, self.now())
         drawn_at = self._clock()
         for key in keys:
-            started = time.perf_counter()
+            started = time.thread_time()
             self.panels[key].refresh(view)
-            self.budget.spent(key, time.perf_counter() - started, "refresh")
+            self.budget.redrawn(key, time.thread_time() - started)
             self._drawn[key] = (self._version, drawn_at)
 
     # ---- showing, hiding, theme ------------------------------------------------------------------------

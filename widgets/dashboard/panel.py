@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QSize
@@ -23,21 +20,11 @@ def theme_for(palette: QPalette) -> Theme:
     return DARK if palette.color(QPalette.ColorRole.Window).lightnessF() < 0.5 else LIGHT
 
 
-class TimedGraphics(pg.GraphicsLayoutWidget):
-    """A pyqtgraph canvas that reports how long each paint took, so the dashboard can budget its redraws."""
-
-    def __init__(self, on_paint: Callable[[float], None]) -> None:
-        super().__init__()
-        self._on_paint = on_paint
+class ChartCanvas(pg.GraphicsLayoutWidget):
+    """A pyqtgraph canvas with a modest size hint (pyqtgraph asks for 640x480), so the dashboard fits its dock."""
 
     def sizeHint(self) -> QSize:
-        # pyqtgraph asks for 640x480; a modest hint lets the dashboard fit its dock instead of forcing a scroll
         return QSize(360, 180)
-
-    def paintEvent(self, event) -> None:
-        started = time.perf_counter()
-        super().paintEvent(event)
-        self._on_paint(time.perf_counter() - started)
 
 
 class Panel(QFrame):
@@ -52,8 +39,6 @@ class Panel(QFrame):
         self.setObjectName(f"dashboard-{self.key}")
         self.setFrameShape(QFrame.Shape.StyledPanel)
         self.theme = theme
-        #: told the seconds each paint of this panel's charts took (the dashboard's redraw budget)
-        self.paint_cost_sink: Callable[[str, float, str], None] | None = None
         self._title = QLabel(f"<b>{self.title}</b>")
         self._title.setToolTip(self.explanation)
         layout = QVBoxLayout(self)
@@ -67,12 +52,8 @@ class Panel(QFrame):
     def build(self) -> None:
         raise NotImplementedError
 
-    def new_graphics(self) -> TimedGraphics:
-        return TimedGraphics(self._painted)
-
-    def _painted(self, seconds: float) -> None:
-        if self.paint_cost_sink is not None:
-            self.paint_cost_sink(self.key, seconds, "paint")
+    def new_graphics(self) -> ChartCanvas:
+        return ChartCanvas()
 
     def refresh(self, view: WindowView) -> None:
         raise NotImplementedError
