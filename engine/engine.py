@@ -26,7 +26,7 @@ from engine.scheduler import Scheduler, SchedulerOutput
 
 log = logging.getLogger(__name__)
 
-PAGE_MAP_INTERVAL_S = 0.05
+PAGE_MAP_INTERVAL_S = 0.1  # the dashboard reads at about 10 Hz
 
 
 @dataclass
@@ -242,9 +242,10 @@ class Engine:
     # ---- metrics ----------------------------------------------------------------------------
     def _record_step(self, out: SchedulerOutput, started: float, forward_s: float, events: list[TokenEvent]) -> None:
         self.step_count += 1
-        page_map = self._publish_page_map(force=bool(out.admitted or out.preempted or any(e.finished for e in events)))
-        used_slots = sum(page_map.filled) if page_map else self._filled_slots()
+        self._publish_page_map(force=bool(out.admitted or out.preempted or any(e.finished for e in events)))
         pool = self.pool
+        # shared pages are full prefix pages: every reference beyond the first counts them twice
+        used_slots = sum(r.num_computed for r in self.scheduler.running) - pool.extra_refs * pool.page_size
         cached_free = pool.num_cached_free
         self.metrics.record_step(
             StepRecord(
@@ -271,31 +272,13 @@ class Engine:
             )
         )
 
-    def _filled_slots(self) -> int:
-        filled: dict[int, int] = {}
-        ps = self.pool.page_size
-        for request in self.scheduler.running:
-            for index, page in enumerate(request.page_table):
-                fill = min(ps, max(0, request.num_computed - index * ps))
-                if fill > filled.get(page, 0):
-                    filled[page] = fill
-        return sum(filled.values())
-
     def page_map(self) -> PageMap:
-        """Owners, fill and cache state of every page (engine thread only)."""
+        """Owners, fill and cache state of every page (engine thread only; cheap: views are built lazily)."""
         pool = self.pool
-        ps = pool.page_size
-        owners: list[list[str]] = [[] for _ in range(pool.num_pages)]
-        filled = [0] * pool.num_pages
-        tags: dict[str, str] = {}
-        for request in self.scheduler.running:
-            tags[request.request_id] = request.tag
-            for index, page in enumerate(request.page_table):
-                owners[page].append(request.request_id)
-                fill = min(ps, max(0, request.num_computed - index * ps))
-                filled[page] = max(filled[page], fill)
-        cached = tuple(h is not None for h in pool.hash_of)
-        return PageMap(ps, tuple(tuple(o) for o in owners), tuple(filled), cached, tags)
+        running = self.scheduler.running
+        tables = tuple((r.request_id, tuple(r.page_table), r.num_computed) for r in running)
+        cached = frozenset(page for page in pool.cached.values())
+        return PageMap(pool.page_size, pool.num_pages, tables, cached, {r.request_id: r.tag for r in running})
 
     def _publish_page_map(self, force: bool = False) -> PageMap | None:
         now = time.monotonic()

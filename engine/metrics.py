@@ -50,15 +50,57 @@ class TokenRecord:
     latency_s: float  # since the previous token, or since arrival for the first
 
 
-@dataclass(frozen=True)
 class PageMap:
-    """Who holds each page right now: owner tags per page, shared and cached flags."""
+    """Who holds each page right now: owner tags per page, shared and cached flags.
 
-    page_size: int
-    owners: tuple[tuple[str, ...], ...]  # request ids holding the page (several when shared)
-    filled: tuple[int, ...]  # tokens written in the page by its (first) owner
-    cached: tuple[bool, ...]  # the page holds a full, hashed prefix page
-    tags: dict[str, str] = field(default_factory=dict)  # request id -> tag (chat name)
+    The engine thread only copies each running request's page table; the per-page views are built on
+    first use, in the reader's thread, so publishing costs the engine almost nothing."""
+
+    def __init__(
+        self,
+        page_size: int,
+        num_pages: int,
+        tables: tuple[tuple[str, tuple[int, ...], int], ...],  # (request id, page table, tokens computed)
+        cached_pages: frozenset[int],
+        tags: dict[str, str],
+    ) -> None:
+        self.page_size = page_size
+        self.num_pages = num_pages
+        self.tables = tables
+        self.cached_pages = cached_pages
+        self.tags = tags  # request id -> tag (chat name)
+        self._owners: tuple[tuple[str, ...], ...] | None = None
+        self._filled: tuple[int, ...] | None = None
+
+    def _build(self) -> None:
+        owners: list[list[str]] = [[] for _ in range(self.num_pages)]
+        filled = [0] * self.num_pages
+        ps = self.page_size
+        for request_id, table, computed in self.tables:
+            for index, page in enumerate(table):
+                owners[page].append(request_id)
+                filled[page] = max(filled[page], min(ps, max(0, computed - index * ps)))
+        self._owners = tuple(tuple(o) for o in owners)
+        self._filled = tuple(filled)
+
+    @property
+    def owners(self) -> tuple[tuple[str, ...], ...]:
+        """Request ids holding each page (several when the page is a shared prefix)."""
+        if self._owners is None:
+            self._build()
+        return self._owners
+
+    @property
+    def filled(self) -> tuple[int, ...]:
+        """Tokens written in each page."""
+        if self._filled is None:
+            self._build()
+        return self._filled
+
+    @property
+    def cached(self) -> tuple[bool, ...]:
+        """Whether each page holds a full, hashed prefix page (findable by later requests)."""
+        return tuple(p in self.cached_pages for p in range(self.num_pages))
 
 
 @dataclass

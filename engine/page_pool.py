@@ -41,6 +41,8 @@ class PagePool:
         # insertion order = eviction order; O(1) removal when a cached page is reused
         self.free_queue: OrderedDict[int, None] = OrderedDict((p, None) for p in range(num_pages))
         self.evictions = 0
+        #: references beyond the first, summed over pages (how many page slots sharing saves)
+        self.extra_refs = 0
 
     # ---- accounting -------------------------------------------------------------------------
     @property
@@ -84,6 +86,8 @@ class PagePool:
         for page in pages:
             if self.ref_counts[page] == 0:
                 del self.free_queue[page]
+            else:
+                self.extra_refs += 1
             self.ref_counts[page] += 1
 
     def allocate(self, count: int) -> list[int]:
@@ -109,6 +113,8 @@ class PagePool:
             count = self.ref_counts[page] - 1
             if count < 0:
                 raise RuntimeError(f"KV page {page} released more often than acquired")
+            if count > 0:
+                self.extra_refs -= 1
             self.ref_counts[page] = count
             if count == 0:
                 if self.hash_of[page] is None:
@@ -134,3 +140,4 @@ class PagePool:
             if h is not None:
                 assert self.cached.get(h) == page, f"page {page}: hash map out of sync"
         assert all(self.hash_of[p] == h for h, p in self.cached.items())
+        assert self.extra_refs == sum(max(0, r - 1) for r in self.ref_counts), "shared reference count"

@@ -249,5 +249,8 @@ def test_pages_never_leak_under_random_submit_and_cancel(make_engine, ops) -> No
         assert engine.pool.num_used == len(held)
         for page in held:
             assert engine.pool.ref_counts[page] == sum(r.page_table.count(page) for r in engine.scheduler.running)
+        page_map = engine.page_map()
+        computed = sum(r.num_computed for r in engine.scheduler.running)
+        assert sum(page_map.filled) == computed - engine.pool.extra_refs * engine.pool.page_size
     run_to_completion(engine)
     assert_all_pages_returned(engine)
