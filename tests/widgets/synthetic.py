@@ -56,8 +56,12 @@ def token(request_id: str, tag: str, time: float, index: int, latency: float) ->
     return TokenRecord(request_id, tag, time, index, latency)
 
 
-def page_map(owners: list[tuple[str, ...]], filled: list[int], cached: list[bool], tags: dict[str, str]) -> PageMap:
-    return PageMap(4, tuple(owners), tuple(filled), tuple(cached), dict(tags))
+def page_map(
+    tables: dict[str, tuple[list[int], int]], num_pages: int, cached: set[int], tags: dict[str, str]
+) -> PageMap:
+    """A page map of 4-token pages: request id -> (its page table, tokens computed)."""
+    rows = tuple((rid, tuple(table), computed) for rid, (table, computed) in tables.items())
+    return PageMap(4, num_pages, rows, frozenset(cached), dict(tags))
 
 
 def two_chat_recorder(t0: float = 1000.0) -> MetricsRecorder:
@@ -85,9 +89,9 @@ def two_chat_recorder(t0: float = 1000.0) -> MetricsRecorder:
     rec.record_finished({"request_id": "req-a", "tag": "alpha", "prompt_tokens": 20, "output_tokens": 5, "ttft_s": 0.1})
     rec.publish_page_map(
         page_map(
-            owners=[("req-a", "req-b"), ("req-a", "req-b"), ("req-a",), ("req-b",), (), ()],
-            filled=[4, 4, 2, 1, 0, 0],
-            cached=[True, True, False, False, True, False],
+            {"req-a": ([0, 1, 2], 10), "req-b": ([0, 1, 3], 9)},  # pages 0-1 shared, 2 half full, 3 a quarter
+            num_pages=6,
+            cached={0, 1, 4},
             tags={"req-a": "alpha", "req-b": "beta"},
         )
     )

@@ -152,8 +152,9 @@ def test_itl_histogram_counts_every_latency() -> None:
 
 
 def test_kv_waste_is_the_unfilled_tail_of_held_pages() -> None:
-    pm = page_map([("a", "b"), ("a",), ("b",), ()], [4, 1, 3, 0], [True, False, False, True], {"a": "x", "b": "y"})
-    assert kv_waste(pm) == (3 + 1, 12)
+    pm = page_map({"a": ([0, 1], 5), "b": ([0, 2], 7)}, 4, {0, 3}, {"a": "x", "b": "y"})
+    assert pm.owners == (("a", "b"), ("a",), ("b",), ())
+    assert kv_waste(pm) == (3 + 1, 12)  # page 1 holds 1 of 4 tokens, page 2 holds 3
     assert kv_waste(None) == (0, 0)
 
 

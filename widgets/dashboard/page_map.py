@@ -103,7 +103,7 @@ class PageMapPanel(Panel):
             return "shared"
         if owners:
             return "used"
-        return "cached" if self.page_map.cached[page] else "free"
+        return "cached" if page in self.page_map.cached_pages else "free"
 
     def owners_of(self, page: int) -> list[str]:
         """Chat tags holding the page, in order, without repeats."""
@@ -137,7 +137,7 @@ class PageMapPanel(Panel):
         tokens = f"{pm.filled[page]}/{pm.page_size} tokens"
         if state == "shared":
             return f"{head}: shared prefix page, held by {owners}; {tokens}"
-        cached = ", cached prefix" if pm.cached[page] else ""
+        cached = ", cached prefix" if page in pm.cached_pages else ""
         return f"{head}: {owners}; {tokens}{cached}"
 
     def page_at(self, x: float, y: float) -> int | None:
