@@ -165,6 +165,10 @@ class DashboardWidget(QWidget):
         return self.panels["results"]  # type: ignore[return-value]
 
     @property
+    def source(self) -> SnapshotSource | None:
+        return self._source
+
+    @property
     def paused(self) -> bool:
         return self._paused_at is not None
 
