@@ -3,7 +3,7 @@ Experiments menu, and the user's panel choices remembered across starts."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import QSettings
+from PySide6.QtCore import QSettings, Qt
 from PySide6.QtWidgets import QMainWindow, QMenu
 
 from app.experiments_controller import ExperimentController, build_experiments_menu
@@ -33,7 +33,8 @@ def install_studio_dashboard(window: QMainWindow, settings: QSettings | None = N
 
     bridge.model_changed.connect(follow_model)
     follow_model()
-    window.install_dashboard(dashboard)
+    dock = window.install_dashboard(dashboard)
+    _widen_when_first_shown(window, dock, dashboard)
 
     controller = ExperimentController(lambda: bridge.thread, dashboard, parent=window)
     controller.running_changed.connect(lambda running: running and window.dashboard_dock.show())
@@ -42,6 +43,20 @@ def install_studio_dashboard(window: QMainWindow, settings: QSettings | None = N
     build_experiments_menu(menu, controller)
     window.experiments = controller
     return dashboard
+
+
+def _widen_when_first_shown(window: QMainWindow, dock, dashboard: DashboardWidget) -> None:
+    """A dock opens at its widget's minimum width; the dashboard reads best about half the window wide."""
+    done = False
+
+    def widen(visible: bool) -> None:
+        nonlocal done
+        if visible and not done:
+            done = True
+            width = min(dashboard.sizeHint().width(), max(480, window.width() // 2))
+            window.resizeDocks([dock], [width], Qt.Orientation.Horizontal)
+
+    dock.visibilityChanged.connect(widen)
 
 
 def _experiments_menu(window: QMainWindow) -> QMenu:

@@ -68,3 +68,16 @@ def test_unlimited_share_draws_everything() -> None:
     budget = RedrawBudget(share=1.0)
     budget.redrawn("a", 100.0)
     assert budget.pick(["a", "b"]) == ["a", "b"]
+
+
+def test_a_skipped_gap_is_charged_to_nobody() -> None:
+    clocks = Clocks()
+    budget = make(clocks)
+    run_ticks(budget, clocks, ["a"], ticks=5, refresh_s=0.001, paint_s=0.002)
+    before = budget.cost("a")
+    budget.skip_gap()  # the window was shown: a full first paint follows
+    clocks.cpu += 0.5
+    clocks.wall += 0.1
+    budget.begin_tick()
+    budget.end_tick()
+    assert budget.cost("a") == before and budget.baseline_s < 0.01

@@ -37,6 +37,7 @@ class RedrawBudget:
         self._costs: dict[str, float] = {}  # panel -> seconds per redraw, moving average
         self._order: list[str] = []
         self._redrawn: dict[str, float] = {}  # panels redrawn by the last tick -> their refresh seconds
+        self._skip_gap = False
 
     @property
     def unlimited(self) -> bool:
@@ -51,7 +52,9 @@ class RedrawBudget:
         self.credit = min(MAX_CREDIT_S, self.credit + (now - self._last_wall) * self.share)
         self._last_wall = now
         gap = cpu - self._last_cpu
-        if self._redrawn:
+        if self._skip_gap:
+            self._skip_gap = False
+        elif self._redrawn:
             extra = max(0.0, gap - self.baseline_s)
             self.credit -= extra
             total = sum(self._redrawn.values())
@@ -86,6 +89,12 @@ class RedrawBudget:
 
     def redrawn(self, key: str, refresh_s: float) -> None:
         self._redrawn[key] = self._redrawn.get(key, 0.0) + refresh_s
+
+    def skip_gap(self) -> None:
+        """The time until the next tick is not the panels' doing alone (a window shown, a forced redraw of
+        everything): neither charge it to them nor count it as the usual background."""
+        self._skip_gap = True
+        self._redrawn = {}
 
     def end_tick(self) -> None:
         """Charge this tick's own CPU time (reading snapshots, refreshing panels)."""

@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from PySide6.QtCore import QEvent, QTimer, Signal
+from PySide6.QtCore import QEvent, QSize, QTimer, Signal
 from PySide6.QtGui import QAction, QPixmap
 from PySide6.QtWidgets import (
     QComboBox,
@@ -40,16 +40,17 @@ POLL_MS = 100  # 10 Hz: smooth enough to watch tokens arrive, cheap enough to le
 HIDDEN_POLL_MS = 1000  # hidden: keep reading so nothing falls out of the engine's ring buffer, draw nothing
 IDLE_REDRAW_S = 1.0  # with no new records, scroll the time axis only this often
 
-# (panel class, row, column, column span) in the panel grid
-LAYOUT = (
-    (PrefillDecodePanel, 0, 0, 1),
-    (ThroughputPanel, 0, 1, 1),
-    (StreamingPanel, 1, 0, 1),
-    (KVPagesPanel, 1, 1, 1),
-    (PageMapPanel, 2, 0, 1),
-    (NumbersPanel, 2, 1, 1),
-    (ResultsPanel, 3, 0, 2),
+# panels in reading order; a wide dashboard puts them two by two (the results table across both columns)
+PANEL_ORDER = (
+    PrefillDecodePanel,
+    ThroughputPanel,
+    StreamingPanel,
+    KVPagesPanel,
+    PageMapPanel,
+    NumbersPanel,
+    ResultsPanel,
 )
+TWO_COLUMNS_FROM_PX = 900
 
 
 class DashboardWidget(QWidget):
@@ -84,15 +85,16 @@ class DashboardWidget(QWidget):
         self.panels: dict[str, Panel] = {}
         self._grid_host = QWidget()
         self._grid_host.setObjectName("dashboard-panels")
-        grid = QGridLayout(self._grid_host)
-        grid.setContentsMargins(4, 4, 4, 4)
-        grid.setSpacing(6)
-        for cls, row, col, span in LAYOUT:
+        self._grid = QGridLayout(self._grid_host)
+        self._grid.setContentsMargins(4, 4, 4, 4)
+        self._grid.setSpacing(6)
+        self._columns = 0
+        for cls in PANEL_ORDER:
             panel = cls(self.theme)
             panel.setMinimumHeight(230 if cls is not ResultsPanel else 120)
             panel.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
-            grid.addWidget(panel, row, col, 1, span)
             self.panels[panel.key] = panel
+        self._arrange(2)
         self.panels["results"].hide()  # until an experiment reports
         self.numbers.set_memory(memory or MemoryInfo())
         scroll = QScrollArea()
@@ -110,6 +112,27 @@ class DashboardWidget(QWidget):
         self.timer.setInterval(POLL_MS)
         self.timer.timeout.connect(self.tick)
         self.timer.start()
+
+    def _arrange(self, columns: int) -> None:
+        """Panels in one column (a narrow dock) or two; the results table always spans the full width."""
+        if columns == self._columns:
+            return
+        self._columns = columns
+        for panel in self.panels.values():
+            self._grid.removeWidget(panel)
+        charts = [p for key, p in self.panels.items() if key != "results"]
+        for i, panel in enumerate(charts):
+            self._grid.addWidget(panel, i // columns, i % columns)
+        self._grid.addWidget(self.panels["results"], -(-len(charts) // columns), 0, 1, columns)
+        for column in range(2):
+            self._grid.setColumnStretch(column, 1 if column < columns else 0)
+
+    def resizeEvent(self, event) -> None:
+        self._arrange(2 if event.size().width() >= TWO_COLUMNS_FROM_PX else 1)
+        super().resizeEvent(event)
+
+    def sizeHint(self) -> QSize:
+        return QSize(1100, 900)
 
     # ---- toolbar -------------------------------------------------------------------------------
     def _build_toolbar(self) -> None:
@@ -255,16 +278,18 @@ class DashboardWidget(QWidget):
         return self._paused_at if self._paused_at is not None else self._clock()
 
     def redraw(self) -> None:
-        """Redraw every shown panel at once (setting changes, tests), whatever the budget."""
-        self._refresh([key for key, panel in self.panels.items() if not panel.isHidden()])
+        """Redraw every shown panel at once (opening, setting changes, tests), whatever the budget."""
+        self._refresh([key for key, panel in self.panels.items() if not panel.isHidden()], charge=False)
+        self.budget.skip_gap()
 
-    def _refresh(self, keys: list[str]) -> None:
+    def _refresh(self, keys: list[str], charge: bool = True) -> None:
         view = self.history.window(self.window_s, self.now())
         drawn_at = self._clock()
         for key in keys:
             started = time.thread_time()
             self.panels[key].refresh(view)
-            self.budget.redrawn(key, time.thread_time() - started)
+            if charge:
+                self.budget.redrawn(key, time.thread_time() - started)
             self._drawn[key] = (self._version, drawn_at)
 
     # ---- showing, hiding, theme ------------------------------------------------------------------------
@@ -272,6 +297,11 @@ class DashboardWidget(QWidget):
         self.timer.setInterval(POLL_MS)
         self._changed()
         super().showEvent(event)
+        # draw everything now, not in turns: whoever opened the dashboard wants to see it at once
+        if self._source is not None:
+            self.history.poll(self._source)
+        if not self.paused:
+            self.redraw()
 
     def hideEvent(self, event) -> None:
         self.timer.setInterval(HIDDEN_POLL_MS)

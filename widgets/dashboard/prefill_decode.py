@@ -16,9 +16,9 @@ class PrefillDecodePanel(Panel):
     key = "prefill_decode"
     title = "Prefill vs decode"
     explanation = (
-        "Milliseconds per engine step: prefill (reading prompts, compute-bound) stacked on decode (one token "
+        "Milliseconds per engine step (above): prefill (reading prompts, compute-bound) stacked on decode (one token "
         "per running chat, bandwidth-bound) and the rest of the step (scheduling, sampling). Steps that mix "
-        "both split their forward pass by token count. Below: tokens computed per step."
+        "both split their forward pass by token count. Below: tokens computed per step, prefill and decode."
     )
 
     def build(self) -> None:
@@ -26,8 +26,8 @@ class PrefillDecodePanel(Panel):
         self.body.addWidget(self.legend)
         self.graphics = self.new_graphics()
         self.body.addWidget(self.graphics)
-        self.time_plot = add_plot(self.graphics, 0, "ms / step")
-        self.token_plot = add_plot(self.graphics, 1, "tokens / step", TIME_LABEL)
+        self.time_plot = add_plot(self.graphics, 0, "ms")
+        self.token_plot = add_plot(self.graphics, 1, "tokens", TIME_LABEL)
         self.token_plot.setXLink(self.time_plot)
         hide_time_axis(self.time_plot)
         self.graphics.ci.layout.setRowStretchFactor(0, 3)

@@ -112,6 +112,9 @@ class StreamingPanel(Panel):
         self.histogram_curve.setData(edges, counts)
         self.data = {"itl_s": itl, "histogram_edges": edges, "histogram_counts": counts, "ttft_t": xs, "ttft_ms": ys}
         set_window(self.latency_plot, view)
+        # from zero, so a lone TTFT star does not zoom the axis into a sliver around its value
+        top = max([float(ys.max()) if ys.size else 0.0, float(np.percentile(itl, 99.5)) * 1e3 if itl.size else 0.0])
+        self.latency_plot.setYRange(0, top * 1.1 if top > 0 else 1.0, padding=0)
         shown = [
             (chat_colour(c), "━", escape(view.chats[c] or "(untagged)"))
             for c in codes

@@ -24,7 +24,7 @@ class ThroughputPanel(Panel):
         self.body.addWidget(self.legend)
         self.graphics = self.new_graphics()
         self.body.addWidget(self.graphics)
-        self.rate_plot = add_plot(self.graphics, 0, "tokens / s")
+        self.rate_plot = add_plot(self.graphics, 0, "tok/s")
         self.batch_plot = add_plot(self.graphics, 1, "running", TIME_LABEL)
         self.batch_plot.setXLink(self.rate_plot)
         hide_time_axis(self.rate_plot)
