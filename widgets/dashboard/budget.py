@@ -90,6 +90,10 @@ class RedrawBudget:
     def redrawn(self, key: str, refresh_s: float) -> None:
         self._redrawn[key] = self._redrawn.get(key, 0.0) + refresh_s
 
+    def hold(self) -> None:
+        """Nothing is drawn (hidden, paused): save no credit up; showing again redraws everything anyway."""
+        self.credit = min(self.credit, 0.0)
+
     def skip_gap(self) -> None:
         """The time until the next tick is not the panels' doing alone (a window shown, a forced redraw of
         everything): neither charge it to them nor count it as the usual background."""

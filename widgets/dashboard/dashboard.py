@@ -264,6 +264,8 @@ class DashboardWidget(QWidget):
             due = [key for key, panel in self.panels.items() if self._on_screen(panel) and self._stale(key, now)]
             if due:
                 self._refresh(self.budget.pick(due))
+        else:
+            self.budget.hold()
         self.budget.end_tick()
 
     def _on_screen(self, panel: Panel) -> bool:

@@ -47,9 +47,12 @@ class StreamingPanel(Panel):
         self.graphics.ci.layout.setColumnStretchFactor(0, 3)
         self.graphics.ci.layout.setColumnStretchFactor(1, 1)
         self.itl_curves: dict[int, pg.PlotDataItem] = {}
-        # one marker item per chat: a single brush each keeps pyqtgraph's symbol cache warm (per-point brushes
-        # would render every star again on every refresh)
-        self.ttft_markers: dict[int, pg.ScatterPlotItem] = {}
+        # one item for every chat's stars; the brushes are made once per chat, so pyqtgraph's symbol cache
+        # (keyed by brush) renders each star shape once, not on every refresh
+        self.ttft_markers = pg.ScatterPlotItem(size=13, symbol="star")
+        self.ttft_markers.setZValue(10)
+        self.latency_plot.addItem(self.ttft_markers)
+        self._brushes: dict[int, object] = {}
         self.histogram_curve = self.histogram_plot.plot(stepMode="center", fillLevel=0)
         self.data: dict[str, np.ndarray] = {}
         self.ttft_by_chat: dict[str, np.ndarray] = {}
@@ -62,8 +65,7 @@ class StreamingPanel(Panel):
         style_plot(self.histogram_plot, self.theme)
         self.histogram_curve.setPen(pg.mkPen(self.theme.decode, width=1))
         self.histogram_curve.setBrush(pg.mkBrush(self.theme.decode + "90"))
-        for marker in self.ttft_markers.values():
-            marker.setPen(pg.mkPen(self.theme.foreground, width=1))
+        self.ttft_markers.setPen(pg.mkPen(self.theme.foreground, width=1))
 
     @property
     def selected_chat(self) -> str | None:
@@ -75,38 +77,33 @@ class StreamingPanel(Panel):
         for chat in chats[len(known) :]:
             self.chat_box.addItem(chat or "(untagged)")
 
-    def _items(self, code: int) -> tuple[pg.PlotDataItem, pg.ScatterPlotItem]:
+    def _curve(self, code: int) -> pg.PlotDataItem:
         if code not in self.itl_curves:
             self.itl_curves[code] = self.latency_plot.plot(pen=pg.mkPen(chat_colour(code), width=1))
-            marker = pg.ScatterPlotItem(size=13, symbol="star", brush=pg.mkBrush(chat_colour(code)))
-            marker.setPen(pg.mkPen(self.theme.foreground, width=1))
-            marker.setZValue(10)
-            self.latency_plot.addItem(marker)
-            self.ttft_markers[code] = marker
-        return self.itl_curves[code], self.ttft_markers[code]
+            self._brushes[code] = pg.mkBrush(chat_colour(code))
+        return self.itl_curves[code]
 
     def refresh(self, view: WindowView) -> None:
         self._sync_chat_box(view.chats)
         selected = self.selected_chat
         codes = [c for c, name in enumerate(view.chats) if selected is None or (name or "(untagged)") == selected]
         self.itl_by_chat, self.ttft_by_chat = {}, {}
-        ttft_x, ttft_y, all_itl = [], [], []
+        ttft_x, ttft_y, brushes, all_itl = [], [], [], []
         for code, name in enumerate(view.chats):
             t, itl, first_t, ttft = chat_latencies(view, code) if code in codes else ((np.empty(0),) * 4)
             if code in codes and (len(t) or len(first_t)):
-                curve, marker = self._items(code)
-                curve.setData(t, itl * 1e3, connect="finite")
-                marker.setData(x=first_t, y=ttft * 1e3)
+                self._curve(code).setData(t, itl * 1e3, skipFiniteCheck=True)
                 self.itl_by_chat[name] = (t, itl)
                 self.ttft_by_chat[name] = ttft
                 ttft_x.append(first_t)
                 ttft_y.append(ttft * 1e3)
+                brushes += [self._brushes[code]] * len(first_t)
                 all_itl.append(itl)
             elif code in self.itl_curves:
                 self.itl_curves[code].setData([], [])
-                self.ttft_markers[code].setData([], [])
         xs = np.concatenate(ttft_x) if ttft_x else np.empty(0)
         ys = np.concatenate(ttft_y) if ttft_y else np.empty(0)
+        self.ttft_markers.setData(x=xs, y=ys, brush=brushes)
         itl = np.concatenate(all_itl) if all_itl else np.empty(0)
         edges, counts = itl_histogram(itl)
         self.histogram_curve.setData(edges, counts)
