@@ -96,7 +96,9 @@ def run(args: argparse.Namespace) -> int:
         report.write_json(args.json, record)
         print(f"\nwrote {args.json}")
     if args.plot:
-        report.plot(args.plot, record)
+        from app.bench_plot import plot
+
+        plot(args.plot, record)
         print(f"wrote {args.plot}")
     json.dumps(record, default=str)  # fail here, not in a later reader, if something isn't serialisable
     return 0

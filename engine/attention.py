@@ -107,49 +107,49 @@ def current_context() -> StepContext:
     return context
 
 
-def paged_attention_forward(
-    module: torch.nn.Module,
+def paged_attention(
+    ctx: StepContext,
+    layer: int,
     query: torch.Tensor,
     key: torch.Tensor,
     value: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    scaling: float | None = None,
-    dropout: float = 0.0,
+    scale: float,
     sliding_window: int | None = None,
-    **kwargs,
-) -> tuple[torch.Tensor, None]:
-    """query [1, heads, N, dim], key/value [1, kv_heads, N, dim] (rotary applied) -> output [1, N, heads, dim]."""
-    ctx = current_context()
-    cache = ctx.cache
-    k_pages, v_pages = cache.layer(module.layer_idx)
+) -> torch.Tensor:
+    """query [N, heads, dim], key/value [N, kv_heads, dim] (rotary applied, any strides) -> [N, heads, dim].
+
+    Writes the new keys/values into their slots, then decode rows attend over their gathered pages in one
+    batched matmul and each prefill chunk over its own with SDPA."""
+    k_pages, v_pages = ctx.cache.layer(layer)
     kv_heads, _, page_size, head_dim = k_pages.shape
-    k_slots = k_pages.view(kv_heads, -1, head_dim)
-    v_slots = v_pages.view(kv_heads, -1, head_dim)
-    k_slots.index_copy_(1, ctx.slot_mapping, key[0].to(k_slots.dtype))
-    v_slots.index_copy_(1, ctx.slot_mapping, value[0].to(v_slots.dtype))
+    k_pages.view(kv_heads, -1, head_dim).index_copy_(1, ctx.slot_mapping, key.transpose(0, 1).to(k_pages.dtype))
+    v_pages.view(kv_heads, -1, head_dim).index_copy_(1, ctx.slot_mapping, value.transpose(0, 1).to(v_pages.dtype))
 
-    heads, total = query.shape[1], query.shape[2]
+    total, heads = query.shape[0], query.shape[1]
     group = heads // kv_heads
-    scale = scaling if scaling is not None else head_dim**-0.5
-    out = torch.empty(total, heads, head_dim, dtype=query.dtype, device=query.device)
-
     d = ctx.num_decode
+    decoded = None
     if d:
         length = ctx.decode_max_pages * page_size
         keys = k_pages.index_select(1, ctx.decode_page_index).view(kv_heads * d, length, head_dim)
         values = v_pages.index_select(1, ctx.decode_page_index).view(kv_heads * d, length, head_dim)
         # heads are grouped by kv head (head h uses kv head h // group), as in repeat_kv
-        q = query[0, :, :d].reshape(kv_heads, group, d, head_dim).transpose(1, 2).reshape(kv_heads * d, group, head_dim)
+        q = query[:d].reshape(d, kv_heads, group, head_dim).transpose(0, 1).reshape(kv_heads * d, group, head_dim)
         scores = torch.baddbmm(ctx.decode_mask(sliding_window, q.dtype), q, keys.transpose(1, 2), alpha=scale)
-        probs = torch.softmax(scores, dim=-1)
-        attended = torch.bmm(probs, values)  # [kv_heads * d, group, dim]
-        out[:d] = attended.view(kv_heads, d, group, head_dim).permute(1, 0, 2, 3).reshape(d, heads, head_dim)
+        attended = torch.bmm(torch.softmax(scores, dim=-1), values)  # [kv_heads * d, group, dim]
+        decoded = attended.view(kv_heads, d, heads // kv_heads, head_dim).transpose(0, 1).reshape(d, heads, head_dim)
+        if d == total:
+            return decoded
 
+    out = torch.empty(total, heads, head_dim, dtype=query.dtype, device=query.device)
+    if decoded is not None:
+        out[:d] = decoded
     for chunk in ctx.prefills:
         rows = slice(chunk.q_start, chunk.q_start + chunk.q_len)
-        q = query[:, :, rows]
+        q = query[rows].transpose(0, 1).unsqueeze(0)
         if chunk.page_index is None:
-            k, v = key[:, :, rows], value[:, :, rows]
+            k = key[rows].transpose(0, 1).unsqueeze(0)
+            v = value[rows].transpose(0, 1).unsqueeze(0)
         else:
             k = k_pages.index_select(1, chunk.page_index).view(1, kv_heads, -1, head_dim)[:, :, : chunk.context_len]
             v = v_pages.index_select(1, chunk.page_index).view(1, kv_heads, -1, head_dim)[:, :, : chunk.context_len]
@@ -166,6 +166,27 @@ def paged_attention_forward(
             q, k, v, attn_mask=mask, is_causal=mask is None, scale=scale, enable_gqa=group > 1
         )
         out[rows] = attended[0].transpose(0, 1)
+    return out
+
+
+def paged_attention_forward(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    sliding_window: int | None = None,
+    **kwargs,
+) -> tuple[torch.Tensor, None]:
+    """transformers' attention interface: query [1, heads, N, dim], key/value [1, kv_heads, N, dim]
+    -> output [1, N, heads, dim]."""
+    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+    out = paged_attention(
+        current_context(), module.layer_idx, query[0].transpose(0, 1), key[0].transpose(0, 1),
+        value[0].transpose(0, 1), scale, sliding_window,
+    )  # fmt: skip
     return out.unsqueeze(0), None
 
 

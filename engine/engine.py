@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from engine import kernels
+from engine import fast_forward, kernels
 from engine.attention import PagedKVCache
 from engine.config import EngineConfig
 from engine.detokenizer import IncrementalDetokenizer
@@ -52,12 +52,16 @@ class Engine:
         self.model = loaded.model
         self.tokenizer = loaded.tokenizer
         prepare_model(self.model)
-        if self.config.optimize:
+        self.fast = fast_forward.build(self.model) if self.config.optimize else None
+        if self.fast is not None:
+            self.kernels = list(self.fast.kinds)
+        elif self.config.optimize:  # other architectures: speed-ups patched into the transformers modules
             self.kernels = kernels.optimize(self.model).kinds
         else:
             self.kernels = []
-            if (patches := getattr(self.model, kernels._ATTR, None)) is not None:
-                patches.restore()
+        patches = getattr(self.model, kernels._ATTR, None)
+        if patches is not None and (not self.kernels or self.fast is not None):
+            patches.restore()
 
         text_config = self.model.config.get_text_config()
         heads = text_config.num_attention_heads
@@ -74,7 +78,7 @@ class Engine:
         self.pool = PagePool(num_pages, ps, self.config.prefix_caching)
         self.cache = PagedKVCache(layers, kv_heads, head_dim, num_pages, ps, kv_dtype, device)
         self.scheduler = Scheduler(self.config, self.pool)
-        self.runner = ModelRunner(self.model, self.cache)
+        self.runner = ModelRunner(self.model, self.cache, self.fast)
         self.sampler = Sampler()
         self.metrics = MetricsRecorder(self.config.metrics_capacity)
         self.eos_ids = eos_token_ids(self.tokenizer, self.model)

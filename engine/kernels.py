@@ -54,6 +54,39 @@ class PackedLinear(nn.Module):
         return out.view(*x.shape[:-1], self.out_features)
 
 
+def should_pack(model: nn.Module) -> bool:
+    """Prepacked weights are a second copy of every linear weight: worth it on a CPU in float32 when that
+    copy fits easily beside everything else (a quarter of the memory available now)."""
+    from engine.memory import free_memory_bytes
+
+    param = next(model.parameters())
+    if param.device.type != "cpu" or param.dtype != torch.float32 or not onednn_packing_available():
+        return False
+    linear_bytes = sum(m.weight.numel() * 4 for m in model.modules() if type(m) is nn.Linear)
+    return linear_bytes < free_memory_bytes("cpu") // 4
+
+
+def fuse_linears(linears: list[nn.Linear], pack: bool) -> nn.Module:
+    """One linear computing several (same input) side by side. Unpacked, the originals are re-pointed at
+    slices of the fused weight, so fusing costs no memory and the transformers modules keep working."""
+    weight = torch.cat([m.weight.detach() for m in linears])
+    bias = None if linears[0].bias is None else torch.cat([m.bias.detach() for m in linears])
+    if pack:
+        return PackedLinear(weight, bias)
+    fused = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None, device=weight.device, dtype=weight.dtype)
+    fused.weight = nn.Parameter(weight, requires_grad=False)
+    if bias is not None:
+        fused.bias = nn.Parameter(bias, requires_grad=False)
+    start = 0
+    for module in linears:
+        rows = module.out_features
+        module.weight = nn.Parameter(weight[start : start + rows], requires_grad=False)
+        if bias is not None:
+            module.bias = nn.Parameter(bias[start : start + rows], requires_grad=False)
+        start += rows
+    return fused
+
+
 def _linear_from(weight: torch.Tensor, bias: torch.Tensor | None, pack: bool) -> nn.Module:
     if pack:
         return PackedLinear(weight, bias)
@@ -189,7 +222,7 @@ def build_patches(model: nn.Module, pack: bool | None = None) -> ModelPatches:
     param = next(model.parameters())
     device, dtype = param.device, param.dtype
     if pack is None:
-        pack = device.type == "cpu" and dtype == torch.float32 and onednn_packing_available()
+        pack = should_pack(model)
     patches = ModelPatches()
     kinds: set[str] = set()
     for module in list(model.modules()):

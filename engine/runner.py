@@ -57,8 +57,9 @@ def transformers_mode(model: torch.nn.Module) -> Iterator[None]:
 
 
 class ModelRunner:
-    def __init__(self, model: torch.nn.Module, cache: PagedKVCache) -> None:
+    def __init__(self, model: torch.nn.Module, cache: PagedKVCache, fast=None) -> None:
         self.model = model
+        self.fast = fast  # engine.fast_forward.FastForward, or None for the transformers forward
         self.cache = cache
         self.device = cache.storage.device
         self.page_size = cache.page_size
@@ -124,11 +125,19 @@ class ModelRunner:
             decode_max_pages=max_pages,
             prefills=slices,
         )
-        ids = torch.tensor([input_ids], dtype=torch.long, device=self.device)
-        pos = torch.tensor([positions], dtype=torch.long, device=self.device)
+        ids = torch.tensor(input_ids, dtype=torch.long, device=self.device)
+        pos = torch.tensor(positions, dtype=torch.long, device=self.device)
         keep_index = torch.tensor(keep, dtype=torch.long, device=self.device)
         started = time.perf_counter()
-        with attention.step_context(context):
-            output = self.model(input_ids=ids, position_ids=pos, use_cache=False, logits_to_keep=keep_index)
-        logits = output.logits[0].float()
+        if self.fast is not None:
+            logits = self.fast(context, ids, pos, keep_index).float()
+        else:
+            with attention.step_context(context):
+                output = self.model(
+                    input_ids=ids.unsqueeze(0),
+                    position_ids=pos.unsqueeze(0),
+                    use_cache=False,
+                    logits_to_keep=keep_index,
+                )
+            logits = output.logits[0].float()
         return ForwardResult(logits=logits, sampling_chunks=sampling, forward_s=time.perf_counter() - started)

@@ -49,9 +49,13 @@ def test_projection_stand_ins_fall_back_when_called_out_of_order(tiny_model_dir)
         assert torch.allclose(kernels.TakeProjection(fused, 2)(x), v(x), atol=1e-5)
 
 
-def test_transformers_mode_restores_attention_and_modules(make_engine) -> None:
-    engine = make_engine()
-    model = engine.model
+def test_transformers_mode_restores_attention_and_modules(tiny_model_dir) -> None:
+    from engine.loader import load_model
+    from engine.runner import prepare_model
+
+    model = load_model(str(tiny_model_dir)).model
+    prepare_model(model)
+    kernels.optimize(model)  # the patch path, used for architectures without the lean forward
     assert model.config._attn_implementation == "studio_paged"
     with transformers_mode(model):
         assert model.config._attn_implementation == "sdpa"

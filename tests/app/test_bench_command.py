@@ -1,0 +1,31 @@
+"""`inference-studio bench` end to end on the tiny model: table, JSON record, plot, bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from app.cli import main
+
+
+def test_bench_writes_table_json_and_plot(capsys, tiny_model_dir: Path, tmp_path: Path) -> None:
+    record_path, plot_path = tmp_path / "bench.json", tmp_path / "bench.png"
+    code = main(
+        ["bench", "--model", str(tiny_model_dir), "--workload", "single", "--workload", "shared-prefix",
+         "--scale", "0.05", "--baselines", "static", "--json", str(record_path), "--plot", str(plot_path)]
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "## single" in out and "| engine |" in out and "| hf-static-batch |" in out
+    assert "engine vs hf-static-batch: throughput_x" in out
+    record = json.loads(record_path.read_text())
+    assert set(record["workloads"]) == {"single", "shared-prefix"}
+    assert record["command"].startswith("inference-studio bench")
+    assert plot_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bench_refuses_unknown_names(capsys) -> None:
+    assert main(["bench", "--workload", "nope"]) == 2
+    assert "unknown workload 'nope'" in capsys.readouterr().err
+    assert main(["bench", "--baselines", "static,magic"]) == 2
+    assert "unknown baseline 'magic'" in capsys.readouterr().err
