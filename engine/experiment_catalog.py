@@ -42,7 +42,7 @@ def question(i: int) -> str:
 def prefill_vs_decode(ctx: ExperimentContext) -> ExperimentResult:
     sizes, tokenizer = ctx.sizes, ctx.loaded.tokenizer
     prompt = text_prompt(tokenizer, sizes.long_prompt_tokens, "Summarise the text above in one sentence.")
-    engine = ctx.engine("experiment: prefill vs decode", len(prompt) + sizes.reply_tokens, prefix_caching=False)
+    engine = ctx.engine("experiment: prefill vs decode", [len(prompt) + sizes.reply_tokens], prefix_caching=False)
     outcome = run_batch(engine, [Submission(prompt, greedy(sizes.reply_tokens), "prefill vs decode")], ctx)
     stats = outcome.stats[0]
     ttft = stats.ttft_s or 0.0
@@ -75,7 +75,7 @@ def batching(ctx: ExperimentContext) -> ExperimentResult:
     sizes, tokenizer = ctx.sizes, ctx.loaded.tokenizer
     reply = sizes.batch_reply_tokens
     prompts = [text_prompt(tokenizer, 0, question(i)) for i in range(max(sizes.batch_sizes))]
-    engine = ctx.engine("experiment: batching", sum(len(p) + reply for p in prompts), prefix_caching=False)
+    engine = ctx.engine("experiment: batching", [len(p) + reply for p in prompts], prefix_caching=False)
     rows, figures = [], []
     for streams in sizes.batch_sizes:
         ctx.say(f"batching: {streams} at once")
@@ -110,7 +110,7 @@ def prefix_sharing(ctx: ExperimentContext) -> ExperimentResult:
     system = system_prompt_text(tokenizer, sizes.system_prompt_tokens)
     params = greedy(sizes.batch_reply_tokens)
     prompts = [text_prompt(tokenizer, 0, question(i), system) for i in range(sizes.prefix_followers + 1)]
-    kv_tokens = sum(len(p) + params.max_tokens for p in prompts)
+    kv_tokens = [len(p) + params.max_tokens for p in prompts]
     rows, figures = [], []
     for caching in (True, False):
         label = f"experiment: prefix sharing, caching {'on' if caching else 'off'}"
@@ -152,11 +152,10 @@ def memory_pressure(ctx: ExperimentContext) -> ExperimentResult:
     # room for the largest request and a bit; well short of all of them at once
     tight_pages = max(largest + 2, need * 3 // 5)
     rows, figures, outputs = [], [], []
-    for label, tokens in (("ample", need * sizes.page_size), ("tight", (tight_pages - 4) * sizes.page_size)):
-        engine = ctx.engine(f"experiment: memory pressure, {label} KV", tokens, prefix_caching=False)
+    for label, pages in (("ample", need + 4), ("tight", tight_pages)):
+        engine = ctx.engine(f"experiment: memory pressure, {label} KV", pages=pages, prefix_caching=False)
         subs = [Submission(p, greedy(reply), f"{label} KV #{i + 1}") for i, p in enumerate(prompts)]
         outcome = run_batch(engine, subs, ctx)
-        pages = engine.pool.num_pages
         outputs.append(outcome.outputs)
         figures.append({"kv_pages": pages, "preemptions": outcome.preemptions, "tokens_per_s": outcome.tokens_per_s})
         rows.append([label, f"{pages} (all need {need})", str(outcome.preemptions), rate(outcome.tokens_per_s)])
@@ -197,7 +196,7 @@ def quantization(ctx: ExperimentContext, alternative: LoadOptions | None = None)
             label = _describe(LoadOptions(variant.info.dtype, variant.info.quantization, variant.info.device))
             sub = ExperimentContext(variant, ctx.base_config, ctx.sizes, ctx.on_phase, ctx.progress, ctx.cancelled)
             prompt = text_prompt(variant.tokenizer, 0, "Explain in two sentences why the sky is blue.")
-            engine = sub.engine(f"experiment: quantization, {label}", len(prompt) + reply, prefix_caching=False)
+            engine = sub.engine(f"experiment: quantization, {label}", [len(prompt) + reply], prefix_caching=False)
             outcome = run_batch(engine, [Submission(prompt, greedy(reply), label)], ctx)
             stats = outcome.stats[0]
             text = variant.tokenizer.decode(outcome.outputs[0][:12], skip_special_tokens=True).strip()

@@ -74,11 +74,12 @@ class ExperimentContext:
     progress: Callable[[str], None] | None = None
     cancelled: threading.Event = field(default_factory=threading.Event)
 
-    def engine(self, label: str, kv_tokens: int, **config) -> Engine:
-        """A temporary engine on the loaded model whose page pool holds kv_tokens (and a little more); the
-        dashboard is told to watch it."""
+    def engine(self, label: str, request_tokens: Sequence[int] = (), pages: int | None = None, **config) -> Engine:
+        """A temporary engine on the loaded model with its own page pool: `pages`, or room for requests of
+        `request_tokens` tokens (prompt + reply) all at once, and a few pages spare. The dashboard is told."""
         page_size = self.sizes.page_size
-        pages = pages_for(kv_tokens, page_size) + 4
+        if pages is None:
+            pages = sum(pages_for(n, page_size) for n in request_tokens) + 4
         base = replace(self.base_config, page_size=page_size, kv_pages=pages, metrics_capacity=4096)
         engine = Engine(self.loaded, replace(base, **config))
         if self.on_phase is not None:

@@ -80,3 +80,10 @@ def test_every_experiment_has_a_title_and_description() -> None:
         "quantization",
     ]
     assert all(e.title and e.description for e in EXPERIMENTS)
+
+
+def test_batching_has_room_for_every_request_at_once(context) -> None:
+    context.sizes = ExperimentSizes(batch_sizes=(1, 7), batch_reply_tokens=9, page_size=4)
+    result = experiment("batching").run(context)
+    assert [f["streams"] for f in result.figures] == [1, 7]
+    assert "preempt" not in " ".join(result.notes)

@@ -171,3 +171,20 @@ def test_summary_of_two_chats() -> None:
     assert summary.preemptions == 1
     assert (summary.kv_waste_slots, summary.kv_allocated_slots) == (5, 16)
     assert summary.pages_used == 4 and summary.pages_total == 32
+
+
+def test_a_chats_line_breaks_between_its_replies() -> None:
+    from widgets.dashboard.stats import chat_latencies
+
+    recorder = MetricsRecorder()
+    recorder.record_step(step(1, T0, decode=1))
+    recorder.record_tokens(
+        [token("r1", "chat", T0 + i, i, 0.1) for i in range(3)]
+        + [token("r2", "chat", T0 + 5 + i, i, 0.1) for i in range(3)]
+    )
+    history = MetricsHistory()
+    history.poll(recorder.snapshot)
+    chat = chat_latencies(history.window(30, T0 + 10), 0)
+    assert chat.t.tolist() == pytest.approx([-9, -8, -4, -3])
+    assert chat.joined.tolist() == [True, False, True, False]
+    assert chat.ttft_s.tolist() == [0.1, 0.1]

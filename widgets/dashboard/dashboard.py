@@ -197,8 +197,12 @@ class DashboardWidget(QWidget):
 
     def set_source(self, source: SnapshotSource | None, label: str = "") -> None:
         """Read from another recorder (an experiment's engine, a new model's engine); history continues."""
-        if source is not None and source != self._source and label:
-            self.history.annotate(self._clock(), label)
+        if source != self._source:
+            if self._source is not None:
+                self.history.poll(self._source)  # the old source's last steps (a finished experiment's end)
+            self.history.page_map = None  # pages belong to an engine: the new one publishes its own
+            if source is not None and label:
+                self.history.annotate(self._clock(), label)
         self._source = source
         self.source_label.setText(label)
         self._changed()

@@ -46,7 +46,7 @@ class KVPagesPanel(Panel):
             (self.used_curve, th.used),
         ):
             curve.setPen(pg.mkPen(colour, width=1))
-            curve.setBrush(pg.mkBrush(colour + ("d0" if curve is not self.free_curve else "ff")))
+            curve.setBrush(pg.mkBrush(colour))
         self.total_curve.setPen(pg.mkPen(th.total, width=1, style=pg.QtCore.Qt.PenStyle.DashLine))
         self.preempt_markers.setPen(pg.mkPen(th.preempted, width=2))
         self.preempt_markers.setBrush(pg.mkBrush(th.preempted))

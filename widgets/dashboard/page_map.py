@@ -68,7 +68,7 @@ class PageMapPanel(Panel):
         self.view_box.setMenuEnabled(False)
         self.image = _PageImage(self)
         self.view_box.addItem(self.image)
-        self.shared_markers = pg.ScatterPlotItem(size=4, symbol="o", pxMode=True)
+        self.shared_markers = pg.ScatterPlotItem(size=6, symbol="o", pxMode=True)
         self.view_box.addItem(self.shared_markers)
         self.legend = legend_label()
         self.legend.setWordWrap(True)
@@ -80,8 +80,9 @@ class PageMapPanel(Panel):
         self.counts: Counter[str] = Counter()
 
     def restyle(self) -> None:
-        self.shared_markers.setPen(pg.mkPen(None))
-        self.shared_markers.setBrush(pg.mkBrush("#ffffff" if not self.theme.dark else "#101010"))
+        # a white dot ringed in black reads on every chat colour, in both themes
+        self.shared_markers.setPen(pg.mkPen("#000000", width=1))
+        self.shared_markers.setBrush(pg.mkBrush("#ffffff"))
         if self.page_map is not None:
             self._draw(self.page_map)
 

@@ -28,11 +28,12 @@ class ResultsPanel(Panel):
         self.notes.setWordWrap(True)
         for widget in (self.heading, self.table, self.notes):
             self.body.addWidget(widget)
+        self.body.addStretch(1)  # the table at the top, spare height below it
 
     def show_result(
         self, title: str, columns: Sequence[str], rows: Sequence[Sequence[str]], notes: Sequence[str]
     ) -> None:
-        self.heading.setText(f"<b>{escape(title)}</b>")
+        self.heading.setText(f"<b>{escape(title, quote=False)}</b>")
         self.table.clear()
         self.table.setColumnCount(len(columns))
         self.table.setRowCount(len(rows))
@@ -42,10 +43,10 @@ class ResultsPanel(Panel):
                 self.table.setItem(r, c, QTableWidgetItem(str(value)))
         height = self.table.horizontalHeader().height() + sum(self.table.rowHeight(r) for r in range(len(rows))) + 6
         self.table.setFixedHeight(max(60, height))
-        self.notes.setText("<br>".join(escape(n) for n in notes))
+        self.notes.setText("<br>".join(escape(n, quote=False) for n in notes))
 
     def show_status(self, text: str) -> None:
-        self.heading.setText(escape(text))
+        self.heading.setText(escape(text, quote=False))
 
     def cells(self) -> list[list[str]]:
         return [

@@ -61,13 +61,25 @@ def bin_width_for(window_s: float) -> float:
     return max(1.0, window_s / 30)
 
 
-def chat_latencies(view: WindowView, chat: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(times, inter-token latency) of the chat's later tokens, and (times, TTFT) of its first tokens."""
+@dataclass(frozen=True)
+class ChatLatencies:
+    """One chat's tokens in a window: inter-token latencies of its later tokens, TTFTs of its first ones."""
+
+    t: np.ndarray
+    itl_s: np.ndarray
+    joined: np.ndarray  # joined[i]: point i and i + 1 belong to the same reply (a line between replies means nothing)
+    first_t: np.ndarray
+    ttft_s: np.ndarray
+
+
+def chat_latencies(view: WindowView, chat: int) -> ChatLatencies:
     tok = view.tokens
     mine = tok["chat"] == chat
     first = mine & (tok["index"] == 0)
     later = mine & (tok["index"] > 0)
-    return tok["t"][later], tok["latency_s"][later], tok["t"][first], tok["latency_s"][first]
+    requests = tok["request"][later]
+    joined = np.append(requests[1:] == requests[:-1], False) if requests.size else np.empty(0, dtype=bool)
+    return ChatLatencies(tok["t"][later], tok["latency_s"][later], joined, tok["t"][first], tok["latency_s"][first])
 
 
 def itl_histogram(latencies_s: np.ndarray, bins: int = 40) -> tuple[np.ndarray, np.ndarray]:

@@ -90,15 +90,15 @@ class StreamingPanel(Panel):
         self.itl_by_chat, self.ttft_by_chat = {}, {}
         ttft_x, ttft_y, brushes, all_itl = [], [], [], []
         for code, name in enumerate(view.chats):
-            t, itl, first_t, ttft = chat_latencies(view, code) if code in codes else ((np.empty(0),) * 4)
-            if code in codes and (len(t) or len(first_t)):
-                self._curve(code).setData(t, itl * 1e3, skipFiniteCheck=True)
-                self.itl_by_chat[name] = (t, itl)
-                self.ttft_by_chat[name] = ttft
-                ttft_x.append(first_t)
-                ttft_y.append(ttft * 1e3)
-                brushes += [self._brushes[code]] * len(first_t)
-                all_itl.append(itl)
+            chat = chat_latencies(view, code) if code in codes else None
+            if chat is not None and (len(chat.t) or len(chat.first_t)):
+                self._curve(code).setData(chat.t, chat.itl_s * 1e3, connect=chat.joined, skipFiniteCheck=True)
+                self.itl_by_chat[name] = (chat.t, chat.itl_s)
+                self.ttft_by_chat[name] = chat.ttft_s
+                ttft_x.append(chat.first_t)
+                ttft_y.append(chat.ttft_s * 1e3)
+                brushes += [self._brushes[code]] * len(chat.first_t)
+                all_itl.append(chat.itl_s)
             elif code in self.itl_curves:
                 self.itl_curves[code].setData([], [])
         xs = np.concatenate(ttft_x) if ttft_x else np.empty(0)
