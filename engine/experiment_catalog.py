@@ -83,7 +83,12 @@ def batching(ctx: ExperimentContext) -> ExperimentResult:
         outcome = run_batch(engine, subs, ctx)
         per_stream = outcome.median("decode_tokens_per_s")
         figures.append(
-            {"streams": streams, "tokens_per_s": outcome.tokens_per_s, "per_stream_tokens_per_s": per_stream}
+            {
+                "streams": streams,
+                "tokens_per_s": outcome.tokens_per_s,
+                "per_stream_tokens_per_s": per_stream,
+                "preemptions": outcome.preemptions,
+            }
         )
         rows.append(
             [
