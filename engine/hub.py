@@ -21,23 +21,25 @@ MODEL_FILE_PATTERNS = [
 ]
 
 
-def download_repo(repo_id: str, revision: str | None = None, token: str | None = None) -> Path:
-    """Local snapshot folder of the repo: the cache when it is complete there, else a download."""
+def download_repo(
+    repo_id: str, revision: str | None = None, token: str | None = None, config_only: bool = False
+) -> Path:
+    """Local snapshot folder of the repo: the cache when it is complete there, else a download.
+    config_only fetches just config.json (enough for a memory estimate)."""
     from huggingface_hub import errors as hub_errors
     from huggingface_hub import snapshot_download
 
     token = token or hub_token()
+    patterns = ["config.json"] if config_only else MODEL_FILE_PATTERNS
     try:
-        return Path(
-            snapshot_download(repo_id, revision=revision, allow_patterns=MODEL_FILE_PATTERNS, local_files_only=True)
-        )
+        return Path(snapshot_download(repo_id, revision=revision, allow_patterns=patterns, local_files_only=True))
     except hub_errors.LocalEntryNotFoundError:
         pass
     except Exception as exc:  # a malformed local cache: fall through to a fresh download
         log.debug("cached snapshot of %s unusable: %s", repo_id, exc)
 
     try:
-        folder = snapshot_download(repo_id, revision=revision, allow_patterns=MODEL_FILE_PATTERNS, token=token)
+        folder = snapshot_download(repo_id, revision=revision, allow_patterns=patterns, token=token)
     except hub_errors.GatedRepoError:
         raise HubError(
             f"{repo_id} is gated: accept its license on huggingface.co and store a hub token in Settings"

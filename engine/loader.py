@@ -103,7 +103,13 @@ def estimate_for_spec(spec: str | None, options: LoadOptions = LoadOptions()) ->
     """Memory estimate without loading weights (the hub config and a GGUF conversion may be fetched)."""
     resolved = resolve_options(options)
     source = resolve_model_spec(spec)
-    folder, _notes = local_folder(source)
+    if source.kind is SourceKind.HUB_REPO:
+        from engine.hub import download_repo
+
+        assert source.repo_id is not None
+        folder = download_repo(source.repo_id, source.revision, config_only=True)
+    else:
+        folder, _notes = local_folder(source)
     return estimate(model_shape(read_config(folder)), resolved)
 
 

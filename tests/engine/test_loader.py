@@ -198,6 +198,9 @@ def test_hub_download_uses_the_keyring_token(monkeypatch: pytest.MonkeyPatch, tm
 
     assert download_repo("org/private-model") == tmp_path
     assert calls[-1]["token"] == "hf_secret_for_test"
+    assert "*.safetensors" in calls[-1]["allow_patterns"]
+    download_repo("org/private-model", config_only=True)  # the picker's estimate: no weights
+    assert calls[-1]["allow_patterns"] == ["config.json"]
 
 
 def test_unknown_hub_repo_offline_fails_fast_and_clearly() -> None:

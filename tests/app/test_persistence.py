@@ -1,0 +1,112 @@
+"""Chats survive a restart of the window; export as Markdown/JSON and import; the history list."""
+
+from __future__ import annotations
+
+import json
+
+from tests.app.conftest import settings, wait_idle
+
+
+def test_tabs_messages_and_settings_reopen_after_a_restart(qtbot, make_window) -> None:
+    window = make_window()
+    first = window.tabs.current
+    first.set_settings(settings(max_tokens=5, system_prompt="You are terse."))
+    first.send("hello world")
+    second = window.tabs.new_chat(settings(max_tokens=3, seed=7))
+    second.send("the quick brown fox")
+    wait_idle(qtbot, first, second)
+    second.rename("Foxes")
+    window.tabs.widget.tabBar().moveTab(1, 0)  # drag "Foxes" to the front
+    window.tabs.widget.setCurrentIndex(0)
+    before = [(c.title, c.settings, [(m.role, m.content, m.finish_reason) for m in c.messages])
+              for c in window.tabs.controllers]  # fmt: skip
+    window.close()
+
+    reopened = make_window(load=False)
+    after = [(c.title, c.settings, [(m.role, m.content, m.finish_reason) for m in c.messages])
+             for c in reopened.tabs.controllers]  # fmt: skip
+    assert after == before
+    assert [c.title for c in reopened.tabs.controllers] == ["Foxes", "Chat 1"]
+    assert reopened.tabs.current.title == "Foxes"  # the tab in front stays in front
+    assert reopened.tabs.controllers[0].messages[-1].stats["output_tokens"] == 3
+    views = reopened.tabs.controllers[1].panel.transcript.views
+    assert views[-1].text == before[1][2][-1][1]
+    assert reopened.tabs.controllers[1].panel.sampling.system_prompt.toPlainText() == "You are terse."
+
+
+def test_a_killed_reply_loses_nothing_finished(qtbot, make_window, ignore_eos) -> None:
+    """Closing the window mid-reply stops it cleanly: the partial text is stored, the engine thread ends."""
+    window = make_window()
+    chat = window.tabs.current
+    chat.set_settings(settings(max_tokens=1900))
+    chat.send("hello")
+    qtbot.waitUntil(lambda: len(chat.messages[-1].content) > 3, timeout=30_000)
+    thread = window.bridge.thread
+    window.close()
+    assert not thread.alive
+    stored = window.store.load_chat(chat.chat_id).messages
+    assert stored[0].content == "hello"
+    assert stored[1].finish_reason == "abort" and stored[1].content == chat.messages[-1].content
+
+
+def test_export_markdown_and_json_then_import_the_json(qtbot, make_window, tmp_path) -> None:
+    window = make_window()
+    chat = window.tabs.current
+    chat.set_settings(settings(max_tokens=4, system_prompt="Be kind."))
+    chat.send("hello world")
+    wait_idle(qtbot, chat)
+    chat.rename("Greeting")
+
+    window.export_chat(tmp_path / "chat.md", "md")
+    markdown = (tmp_path / "chat.md").read_text()
+    assert markdown.startswith("# Greeting\n") and "## You\n\nhello world" in markdown
+    assert "Be kind." in markdown and "## Assistant" in markdown and "4 tokens" in markdown
+
+    window.export_chat(tmp_path / "chat.json", "json")
+    data = json.loads((tmp_path / "chat.json").read_text())
+    assert data["format"] == "inference-studio-chat" and data["title"] == "Greeting"
+    assert [m["role"] for m in data["messages"]] == ["user", "assistant"]
+
+    assert window.import_chat(tmp_path / "chat.json")
+    imported = window.tabs.current
+    assert imported is not chat and imported.title == "Greeting"
+    assert [(m.role, m.content) for m in imported.messages] == [(m.role, m.content) for m in chat.messages]
+    assert imported.settings == chat.settings
+    assert window.store.load_chat(imported.chat_id).messages[1].content == chat.messages[1].content
+
+
+def test_importing_a_broken_file_says_why_without_a_dialog(make_window, tmp_path) -> None:
+    window = make_window(load=False)
+    tabs_before = len(window.tabs.controllers)
+    (tmp_path / "bad.json").write_text("{not json")
+    assert not window.import_chat(tmp_path / "bad.json")
+    assert "not valid JSON" in window.notice.text and window.notice.isVisible()
+    (tmp_path / "other.json").write_text(json.dumps({"messages": []}))
+    assert not window.import_chat(tmp_path / "other.json")
+    assert "not a chat exported by Inference Studio" in window.notice.text
+    assert len(window.tabs.controllers) == tabs_before
+
+
+def test_history_searches_reopens_and_deletes(qtbot, make_window) -> None:
+    window = make_window(load=False)
+    window.tabs.new_chat(title="Recipes")
+    window.tabs.current.rename("Soup recipes")
+    other = window.tabs.new_chat(title="Travel")
+    window.tabs.close_tab(window.tabs.index_of(other))
+    window.open_history()
+    history = window.history_dialog
+    titles = [history.list.item(i).text().splitlines()[0] for i in range(history.list.count())]
+    assert set(titles) == {"Chat 1", "Soup recipes", "Travel"}
+
+    history.query.setText("trav")
+    qtbot.waitUntil(lambda: history.list.count() == 1, timeout=5_000)  # after the typing pause
+    history.open_button.click()
+    assert window.tabs.current.title == "Travel"
+
+    history.query.setText("soup")
+    history.refresh()
+    soup_id = history.selected_chat_id()
+    history.delete_button.click()
+    assert window.store.load_chat(soup_id) is None
+    assert "Soup recipes" not in [c.title for c in window.tabs.controllers]
+    assert history.list.count() == 0 and history.empty.isVisibleTo(history)

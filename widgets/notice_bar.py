@@ -1,0 +1,67 @@
+"""NoticeBar: an inline, dismissable message strip (info or error) with an optional action, instead of a modal."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QToolButton, QWidget
+
+INFO = "info"
+ERROR = "error"
+
+
+class NoticeBar(QFrame):
+    dismissed = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("noticeBar")
+        self.label = QLabel()
+        self.label.setWordWrap(True)
+        self.label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.action_button = QPushButton()
+        self.action_button.setVisible(False)
+        close = QToolButton()
+        close.setText("✕")
+        close.setToolTip("Dismiss")
+        close.setAutoRaise(True)
+        close.clicked.connect(self.dismiss)
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(10, 6, 6, 6)
+        layout.addWidget(self.label, 1)
+        layout.addWidget(self.action_button)
+        layout.addWidget(close)
+        self._action: Callable[[], None] | None = None
+        self.action_button.clicked.connect(self._run_action)
+        self.setVisible(False)
+
+    @property
+    def text(self) -> str:
+        return self.label.text()
+
+    def show_message(
+        self,
+        text: str,
+        level: str = INFO,
+        action: tuple[str, Callable[[], None]] | None = None,
+    ) -> None:
+        self.setProperty("level", level)
+        self.style().unpolish(self)  # re-read the style sheet: the colours depend on the level property
+        self.style().polish(self)
+        self.label.setText(text)
+        self._action = action[1] if action else None
+        self.action_button.setText(action[0] if action else "")
+        self.action_button.setVisible(action is not None)
+        self.setVisible(True)
+
+    def dismiss(self) -> None:
+        self.setVisible(False)
+        self.label.clear()
+        self.dismissed.emit()
+
+    def _run_action(self) -> None:
+        action = self._action
+        self.dismiss()
+        if action is not None:
+            action()
