@@ -323,6 +323,8 @@ class DashboardWidget(QWidget):
         for panel in self.panels.values():
             panel.apply_theme(self.theme)
         self._changed()
+        if self.isVisible():
+            self.redraw()  # legends and page colours are drawn from the theme: all of them, at once
 
     # ---- export ----------------------------------------------------------------------------------------
     def grab_panels(self) -> QPixmap:
