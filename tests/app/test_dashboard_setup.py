@@ -86,3 +86,23 @@ def test_experiments_need_a_model(qtbot, settings) -> None:
     qtbot.addWidget(window)
     install_studio_dashboard(window, settings)
     assert not window.experiments.run("batching")
+
+
+def test_in_the_studio_window_a_chat_and_an_experiment_show_on_the_dashboard(qtbot, make_window, settings) -> None:
+    from engine.experiments import ExperimentSizes
+
+    window = make_window()
+    dashboard = install_studio_dashboard(window, settings)
+    assert dashboard.source == window.bridge.thread.metrics.snapshot  # the model loaded before the dashboard
+    assert "E&xperiments" in [a.text() for a in window.menuBar().actions()]
+    window.actions.dashboard.trigger()  # View > Dashboard
+    assert dashboard.isVisible()
+    chat = window.tabs.current or window.tabs.new_chat()
+    assert chat.send("hello")
+    qtbot.waitUntil(lambda: chat.title in dashboard.history.chats, timeout=30_000)  # its tokens are on the charts
+    qtbot.waitUntil(lambda: not chat.busy, timeout=60_000)
+    window.experiments.sizes = ExperimentSizes.small()
+    with qtbot.waitSignal(window.experiments.result_ready, timeout=60_000):
+        assert window.experiments.run("memory_pressure")
+    assert len(dashboard.results.cells()) == 2
+    assert dashboard.source == window.bridge.thread.metrics.snapshot  # back on the chats' engine
