@@ -23,6 +23,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--phase-seconds", type=float, default=3.0, help="length of one phase (default 3 s)")
     parser.add_argument("--kv-memory", type=float, default=128, help="KV cache budget in MiB (default 128)")
     parser.add_argument("--screenshot", metavar="PNG", help="save the window while the chats stream")
+    parser.add_argument(
+        "--plain",
+        action="store_true",
+        help="plain text views instead of the studio's window and chat tabs (isolates the dashboard's own cost)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a report")
     parser.set_defaults(handler=run)
 
@@ -106,6 +111,51 @@ def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     from PySide6.QtWidgets import QApplication
 
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    bench = _plain_bench(args) if args.plain else _studio_bench(args)
+    probe = StallProbe()
+    phases: list[Phase] = []
+    try:
+        bench.start_streaming()
+        bench.wait(3.0)  # warm-up: first calls, and a dashboard with something to draw
+        if args.screenshot:
+            bench.grab().save(args.screenshot)
+        for i in range(args.phases):
+            visible = i % 2 == 0  # alternate in short phases, so drifts in machine load hit both sides alike
+            bench.set_dashboard_visible(visible)
+            bench.wait(SETTLE_S)
+            tokens, cpu, started = bench.token_count(), time.thread_time(), time.perf_counter()
+            probe.start()
+            bench.wait(args.phase_seconds)
+            stalls = probe.stop()
+            wall = time.perf_counter() - started
+            cpu = time.thread_time() - cpu
+            phases.append(Phase("visible" if visible else "hidden", bench.token_count() - tokens, wall, cpu, stalls))
+        bench.stop_streaming()
+    finally:
+        bench.close()
+    report = summarize(phases, bench.model_name, args)
+    report.panel_cost_ms = {k: round(bench.dashboard.budget.cost(k) * 1e3, 1) for k in bench.dashboard.panels}
+    print(json.dumps(asdict(report)) if args.json else "\n".join(report.lines()))
+    del app
+    return 0
+
+
+def _studio_bench(args: argparse.Namespace):
+    from app.bench_studio import StudioBench
+    from widgets.model_choice import ModelChoice
+
+    choice = ModelChoice(
+        spec=args.model or "default",
+        dtype=args.dtype,
+        quantization=args.quant,
+        device=args.device,
+        kv_memory_mib=int(args.kv_memory),
+    )
+    return StudioBench(choice, chats=args.chats)
+
+
+def _plain_bench(args: argparse.Namespace):
     from app.bench_window import BenchWindow
     from app.cli import load_options_from
     from engine.config import EngineConfig
@@ -113,46 +163,12 @@ def run(args: argparse.Namespace) -> int:
     from engine.loader import load_model
     from engine.worker import EngineThread
 
-    app = QApplication.instance() or QApplication(sys.argv[:1])
     loaded = load_model(args.model, load_options_from(args))
     engine = Engine(loaded, EngineConfig(kv_memory_bytes=int(args.kv_memory * 1024**2)))
-    worker = EngineThread(engine).start()
-    window = BenchWindow(worker, loaded.info.weight_bytes, chats=args.chats)
+    window = BenchWindow(EngineThread(engine).start(), loaded.info.weight_bytes, chats=args.chats)
+    window.model_name = loaded.info.name
     window.show()
-    probe = StallProbe()
-    phases: list[Phase] = []
-    try:
-        window.start_streaming()
-        window.wait(3.0)  # warm-up: first calls, and a dashboard with something to draw
-        if args.screenshot:
-            window.grab().save(args.screenshot)
-        for i in range(args.phases):
-            visible = i % 2 == 0  # alternate in short phases, so drifts in machine load hit both sides alike
-            window.dashboard.setVisible(visible)
-            window.wait(SETTLE_S)
-            tokens, cpu, started = window.token_count(), time.thread_time(), time.perf_counter()
-            probe.start()
-            window.wait(args.phase_seconds)
-            stalls = probe.stop()
-            wall = time.perf_counter() - started
-            phases.append(
-                Phase(
-                    "visible" if visible else "hidden",
-                    window.token_count() - tokens,
-                    wall,
-                    time.thread_time() - cpu,
-                    stalls,
-                )
-            )
-        window.stop_streaming()
-    finally:
-        window.close()
-        worker.shutdown()
-    report = summarize(phases, loaded.info.name, args)
-    report.panel_cost_ms = {k: round(window.dashboard.budget.cost(k) * 1e3, 1) for k in window.dashboard.panels}
-    print(json.dumps(asdict(report)) if args.json else "\n".join(report.lines()))
-    del app
-    return 0
+    return window
 
 
 def percentile(values: list[float], q: float) -> float:

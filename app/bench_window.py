@@ -59,6 +59,7 @@ class BenchWindow(QWidget):
         self.frame.start()
         self._streaming = False
         self._asked = 0
+        self.model_name = ""
 
     def _on_events(self, events) -> None:
         with self._lock:
@@ -98,6 +99,14 @@ class BenchWindow(QWidget):
         self._streaming = False
         for handle in self.handles.values():
             handle.cancel()
+
+    def close(self) -> bool:
+        closed = super().close()
+        self.worker.shutdown()
+        return closed
+
+    def set_dashboard_visible(self, visible: bool) -> None:
+        self.dashboard.setVisible(visible)
 
     def wait(self, seconds: float) -> None:
         loop = QEventLoop()

@@ -17,7 +17,8 @@ def install_studio_dashboard(window: QMainWindow, settings: QSettings | None = N
     """Create the dashboard for a main window that has `bridge` (EngineBridge), `install_dashboard(widget)` and
     `dashboard_dock`; returns it. The Experiments menu goes into the window's menu bar."""
     bridge = window.bridge
-    settings = settings or QSettings()
+    # beside the studio's other settings (its INI file follows INFERENCE_STUDIO_HOME), else Qt's default place
+    settings = settings or getattr(getattr(window, "settings", None), "qsettings", None) or QSettings()
     dashboard = DashboardWidget()
     _restore(dashboard, settings)
 

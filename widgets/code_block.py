@@ -90,5 +90,5 @@ class CodeBlockView(QFrame):
     def copy(self) -> None:
         QGuiApplication.clipboard().setText(self.text)
         self.copy_button.setText("Copied")
-        QTimer.singleShot(1200, lambda: self.copy_button.setText("Copy"))
+        QTimer.singleShot(1200, self.copy_button, lambda: self.copy_button.setText("Copy"))  # dies with the button
         self.copied.emit(self.text)

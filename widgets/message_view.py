@@ -148,4 +148,4 @@ class MessageView(QFrame):
     def _copy(self) -> None:
         QGuiApplication.clipboard().setText(self._text)
         self.copy_button.setText("Copied")
-        QTimer.singleShot(1200, lambda: self.copy_button.setText("Copy"))
+        QTimer.singleShot(1200, self.copy_button, lambda: self.copy_button.setText("Copy"))  # dies with the button

@@ -81,3 +81,11 @@ def test_a_skipped_gap_is_charged_to_nobody() -> None:
     budget.begin_tick()
     budget.end_tick()
     assert budget.cost("a") == before and budget.baseline_s < 0.01
+
+
+def test_a_starved_panel_is_redrawn_even_without_credit() -> None:
+    clocks = Clocks()
+    budget = make(clocks, share=0.01)
+    budget.credit = -1.0  # deep in debt
+    assert budget.pick(["a", "b"]) == []
+    assert budget.pick(["a", "b"], starved=["b"]) == ["b"]

@@ -6,9 +6,10 @@ import os
 import time
 from collections.abc import Callable, Sequence
 
-#: the dashboard's share of the UI thread's wall time: 1.5% of the whole machine's CPU (the engine computes on
+#: the dashboard's share of the UI thread's wall time: 2% of the whole machine's CPU (the engine computes on
 #: the same cores). On 2 slow cores the charts update about once a second; on 8 fast ones at the full 10 Hz.
-DEFAULT_SHARE = min(0.25, 0.015 * (os.cpu_count() or 2))
+DEFAULT_SHARE = min(0.25, 0.02 * (os.cpu_count() or 2))
+STARVED_S = 3.0  # a panel waiting this long is redrawn even without credit: a chart must never look frozen
 MAX_CREDIT_S = 0.1  # time saved up while idle: a few panels' worth, no more
 MAX_TICK_S = 0.015  # redraws planned into one tick: more at once would stall the event loop visibly
 
@@ -66,9 +67,10 @@ class RedrawBudget:
         self._redrawn = {}
         self._tick_cpu = cpu
 
-    def pick(self, due: Sequence[str]) -> list[str]:
+    def pick(self, due: Sequence[str], starved: Sequence[str] = ()) -> list[str]:
         """The due panels to redraw now, longest-waiting first, as many as the credit and the per-tick limit
-        cover (at least one whenever there is credit: a panel's cost is only known once it ran)."""
+        cover (at least one whenever there is credit: a panel's cost is only known once it ran). A starved
+        panel (waiting past STARVED_S) goes even without credit, one per tick."""
         for key in due:
             if key not in self._order:
                 self._order.append(key)
@@ -76,6 +78,11 @@ class RedrawBudget:
         if self.unlimited:
             return queue
         picked: list[str] = []
+        if self.credit <= 0 and starved:
+            picked = [next(key for key in queue if key in starved)]
+            self._order.remove(picked[0])
+            self._order.append(picked[0])
+            return picked
         planned = 0.0
         for key in queue:
             if self.credit - planned <= 0 or (picked and planned + self.cost(key) > MAX_TICK_S):

@@ -23,7 +23,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from widgets.dashboard.budget import DEFAULT_SHARE, RedrawBudget
+from widgets.dashboard.budget import DEFAULT_SHARE, STARVED_S, RedrawBudget
 from widgets.dashboard.export import export_csv, export_json
 from widgets.dashboard.kv_pages import KVPagesPanel
 from widgets.dashboard.numbers import NumbersPanel
@@ -267,7 +267,8 @@ class DashboardWidget(QWidget):
             now = self._clock()
             due = [key for key, panel in self.panels.items() if self._on_screen(panel) and self._stale(key, now)]
             if due:
-                self._refresh(self.budget.pick(due))
+                starved = [key for key in due if now - self._drawn.get(key, (0, 0.0))[1] >= STARVED_S]
+                self._refresh(self.budget.pick(due, starved))
         else:
             self.budget.hold()
         self.budget.end_tick()
