@@ -32,6 +32,7 @@ from app.event_pump import EventPump
 from app.hub_token import KeyringTokens
 from app.model_switcher import FINISH, ModelSwitcher
 from app.qt_messages import route_qt_messages
+from app.remote_features import RemoteFeatures
 from app.reply_router import ReplyRouter
 from app.settings import StudioSettings
 from app.theme import ThemeManager
@@ -87,6 +88,7 @@ class MainWindow(QMainWindow):
         self.switcher = ModelSwitcher(self, self.bridge, self.tabs, self.notice, self.status, settings)
         self.engine_status = EngineStatus(self.status, self.bridge, self.tabs, self)
         self.tabs.restore(settings.current_chat)
+        self.remote = RemoteFeatures(self)  # remote endpoints per chat, the API server toggle (issue 5)
         self._restore_geometry()
 
     # ---- docks for colleagues' panels -------------------------------------------------------
@@ -253,6 +255,7 @@ class MainWindow(QMainWindow):
         self.settings.current_chat = self.tabs.current.chat_id if self.tabs.current else None
         self.settings.sync()
         self.tabs.shutdown()
+        self.remote.shutdown()
         self.bridge.shutdown()
         if self.history_dialog is not None:
             self.history_dialog.close()

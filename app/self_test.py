@@ -54,8 +54,9 @@ class SelfTest(QObject):
     def run(self) -> int:
         if self.folder is not None:
             self.folder.mkdir(parents=True, exist_ok=True)
-        QTimer.singleShot(0, self._start)
-        QTimer.singleShot(int(self.timeout_s * 1000), lambda: self._end(f"no replies within {self.timeout_s:.0f} s"))
+        QTimer.singleShot(0, self, self._start)
+        timeout_ms = int(self.timeout_s * 1000)
+        QTimer.singleShot(timeout_ms, self, lambda: self._end(f"no replies within {self.timeout_s:.0f} s"))
         QApplication.instance().exec()
         if self.code == 0:
             print(f"inference-studio self-test passed: {self.reason}")

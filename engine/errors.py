@@ -31,3 +31,11 @@ class PromptTooLongError(InvalidRequestError):
 
 class KeyringError(StudioError):
     """The operating system's keyring is unavailable or refused an operation."""
+
+
+class ServeError(StudioError):
+    """The API server cannot start: the port is taken, the API key is missing from the keyring."""
+
+
+class RemoteError(StudioError):
+    """A remote OpenAI-compatible endpoint could not be reached, refused the request, or stalled."""

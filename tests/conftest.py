@@ -50,3 +50,35 @@ def embedded_model():
     from engine.loader import load_model
 
     return load_model(None)
+
+
+@pytest.fixture(scope="session")
+def server_api_key() -> str:
+    import secrets
+
+    return "sk-studio-test-" + secrets.token_urlsafe(18)
+
+
+@pytest.fixture(scope="session")
+def tiny_server(tiny_model_dir: Path, server_api_key: str, tmp_path_factory: pytest.TempPathFactory):
+    """`inference-studio serve` on the tiny model, API key from the (test) keyring, a KV pool small enough that
+    eight long streams preempt each other. One process for the session: tests compare metric deltas."""
+    from tests.env_keyring import subprocess_env
+    from tests.serving import start_studio_server
+
+    args = ["--model", str(tiny_model_dir), "--served-model-name", "tiny", "--page-size", "8", "--kv-pages", "128",
+            "--api-key-from-keyring", "test-server-key"]  # fmt: skip
+    env = subprocess_env({"test-server-key": server_api_key})
+    server = start_studio_server(args, tmp_path_factory.mktemp("tiny-server"), env)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def embedded_server(tmp_path_factory: pytest.TempPathFactory):
+    """`inference-studio serve` on the embedded model (real text), no API key."""
+    from tests.serving import start_studio_server
+
+    server = start_studio_server(["--served-model-name", "smollm2"], tmp_path_factory.mktemp("embedded-server"))
+    yield server
+    server.stop()

@@ -1,0 +1,50 @@
+"""The window's API server preferences (port, whether a key is required) in QSettings; the key in the keyring."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QSettings
+
+from engine.credentials import get_secret, set_secret
+
+DEFAULT_PORT = 8000
+# The same keyring entry `inference-studio serve --api-key-from-keyring local-server-api-key` reads.
+KEY_NAME = "local-server-api-key"
+
+
+class ServerSettings:
+    def __init__(self, qsettings: QSettings) -> None:
+        self.qsettings = qsettings
+
+    @property
+    def port(self) -> int:
+        try:
+            port = int(self.qsettings.value("server/port", DEFAULT_PORT))
+        except (TypeError, ValueError):
+            return DEFAULT_PORT
+        return port if 0 <= port <= 65535 else DEFAULT_PORT  # 0: any free port (tests)
+
+    @port.setter
+    def port(self, value: int) -> None:
+        self.qsettings.setValue("server/port", int(value))
+
+    @property
+    def require_key(self) -> bool:
+        return str(self.qsettings.value("server/require_key", "false")) == "true"
+
+    @require_key.setter
+    def require_key(self, value: bool) -> None:
+        self.qsettings.setValue("server/require_key", "true" if value else "false")
+
+    def api_key(self) -> str | None:
+        """The key to require, or None when none is required (or none is stored)."""
+        return get_secret(KEY_NAME) if self.require_key else None
+
+
+class ServerKeys:
+    """The server dialog's KeyAccess, backed by the OS keyring."""
+
+    def stored(self) -> bool:
+        return bool(get_secret(KEY_NAME))
+
+    def save(self, key: str) -> None:
+        set_secret(KEY_NAME, key)

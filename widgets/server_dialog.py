@@ -1,0 +1,97 @@
+"""ServerDialog: the studio's own API server: port and an optional API key (kept in the keyring only)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QDialog,
+    QDialogButtonBox,
+    QFormLayout,
+    QLabel,
+    QLineEdit,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
+
+from engine.errors import StudioError
+
+
+class KeyAccess(Protocol):
+    def stored(self) -> bool: ...
+
+    def save(self, key: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class ServerValues:
+    port: int
+    require_key: bool
+
+
+class ServerDialog(QDialog):
+    def __init__(self, values: ServerValues, keys: KeyAccess, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("API server")
+        self.setObjectName("serverDialog")
+        self.keys = keys
+        intro = QLabel(
+            "Serves the loaded model over the OpenAI API on this machine (127.0.0.1), sharing the engine with "
+            "the open chats; /metrics speaks vLLM's names."
+        )
+        intro.setWordWrap(True)
+        intro.setObjectName("hint")
+        self.port = QSpinBox()
+        self.port.setRange(1, 65535)
+        self.port.setValue(values.port)
+        self.require_key = QCheckBox("Require an API key (Authorization: Bearer …)")
+        self.require_key.setChecked(values.require_key)
+        self.key = QLineEdit()
+        self.key.setEchoMode(QLineEdit.EchoMode.Password)
+        self.key.setPlaceholderText("a new key (kept in the system keyring)")
+        self.key_state = QLabel()
+        self.key_state.setObjectName("hint")
+        self.key_state.setWordWrap(True)
+        form = QFormLayout()
+        form.addRow("Port", self.port)
+        form.addRow("", self.require_key)
+        form.addRow("API key", self.key)
+        form.addRow("", self.key_state)
+        self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Save | QDialogButtonBox.StandardButton.Cancel)
+        self.buttons.accepted.connect(self.accept)
+        self.buttons.rejected.connect(self.reject)
+        layout = QVBoxLayout(self)
+        layout.addWidget(intro)
+        layout.addLayout(form)
+        layout.addWidget(self.buttons)
+        self.require_key.toggled.connect(lambda _on: self._show_state())
+        self._show_state()
+        self.setMinimumWidth(460)
+        self.adjustSize()
+
+    def _show_state(self, text: str | None = None) -> None:
+        self.key.setEnabled(self.require_key.isChecked())
+        if text is None:
+            stored = self.keys.stored()
+            text = "A key is stored in the system keyring." if stored else "No key stored yet."
+        self.key_state.setText(text)
+
+    def values(self) -> ServerValues:
+        return ServerValues(self.port.value(), self.require_key.isChecked())
+
+    def accept(self) -> None:
+        typed = self.key.text().strip()
+        if self.require_key.isChecked() and not typed and not self.keys.stored():
+            self._show_state("Enter a key, or untick “Require an API key”.")
+            return
+        if typed:
+            try:
+                self.keys.save(typed)
+            except StudioError as exc:  # a locked or missing keyring: say so, keep the dialog open
+                self._show_state(str(exc))
+                return
+            self.key.clear()
+        super().accept()
