@@ -225,3 +225,17 @@ def test_dark_palette_switches_the_theme(dashboard) -> None:
     assert panel.cell_colours[5] == DARK.page_free
     assert LIGHT.page_free != DARK.page_free
     assert np.isfinite(curve_data(dashboard.panels["kv_pages"].used_curve)[1]).all()
+
+
+def test_experiment_phases_are_marked_on_the_time_charts(dashboard, clock) -> None:
+    from engine.metrics import MetricsRecorder
+
+    other = MetricsRecorder()
+    other.record_step(step(1, T0 + 0.58, prefill=7))
+    dashboard.set_source(other.snapshot, "experiment: batching")
+    dashboard.redraw()
+    marks = dashboard.panels["prefill_decode"].phases
+    assert [text for _, text in marks.marks] == ["batching"]
+    x, _ = marks.lines.getData()
+    assert x.tolist() == pytest.approx([0.0, 0.0])  # one vertical line, at the switch (now)
+    assert marks.labels[0].isVisible()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pyqtgraph as pg
 
-from widgets.dashboard.panel import TIME_LABEL, Panel, add_plot, legend_html, legend_label, set_window
+from widgets.dashboard.panel import TIME_LABEL, Panel, PhaseMarks, add_plot, legend_html, legend_label, set_window
 from widgets.dashboard.series import EVENT_KINDS, WindowView, step_of
 
 _PREEMPTED = EVENT_KINDS.index("preempted")
@@ -34,12 +34,14 @@ class KVPagesPanel(Panel):
         self.preempt_markers = pg.ScatterPlotItem(size=11, symbol="x")
         self.plot.addItem(self.preempt_markers)
         self.data: dict[str, np.ndarray] = {}
+        self.phases = PhaseMarks(self.plot)
 
     def plots(self) -> list[pg.PlotItem]:
         return [self.plot]
 
     def restyle(self) -> None:
         th = self.theme
+        self.phases.restyle(th.muted)
         for curve, colour in (
             (self.free_curve, th.free),
             (self.cached_curve, th.cached_free),
@@ -82,4 +84,5 @@ class KVPagesPanel(Panel):
         self.data = {"t": t, "used": used, "cached_free": cached, "free": free, "total": total, "preempt_t": preempt_t}
         if len(total):
             self.plot.setYRange(0, float(total.max()) * 1.05, padding=0)
+        self.phases.update(view)
         set_window(self.plot, view)

@@ -130,3 +130,42 @@ def hide_time_axis(plot: pg.PlotItem) -> None:
 
 
 TIME_LABEL = "seconds (0 = now)"
+
+
+class PhaseMarks:
+    """Dashed vertical lines, labelled, where the dashboard began reading another engine (an experiment's
+    phases, a new model): what follows on the chart belongs to that engine."""
+
+    def __init__(self, plot: pg.PlotItem) -> None:
+        self.plot = plot
+        # one curve of vertical segments spanning the view (drawn in view coordinates, so it scales with the axis)
+        self.lines = pg.PlotCurveItem(connect="pairs")
+        self.lines.setZValue(5)
+        plot.addItem(self.lines, ignoreBounds=True)
+        self.labels: list[pg.TextItem] = []
+        self.colour = "#888888"
+        self.marks: list[tuple[float, str]] = []
+
+    def update(self, view: WindowView) -> None:
+        self.marks = [(t, text.removeprefix("experiment: ")) for t, text in view.annotations]
+        low, high = self.plot.getViewBox().viewRange()[1]
+        xs = np.repeat([t for t, _ in self.marks], 2)
+        ys = np.tile([low, high], len(self.marks))
+        self.lines.setData(xs, ys)
+        while len(self.labels) < len(self.marks):
+            label = pg.TextItem(color=self.colour, anchor=(0, 0))
+            self.plot.addItem(label, ignoreBounds=True)
+            self.labels.append(label)
+        for i, label in enumerate(self.labels):
+            if i < len(self.marks):
+                label.setText(self.marks[i][1])
+                label.setPos(self.marks[i][0], high)
+                label.show()
+            else:
+                label.hide()
+
+    def restyle(self, colour: str) -> None:
+        self.colour = colour
+        self.lines.setPen(pg.mkPen(colour, width=1, style=pg.QtCore.Qt.PenStyle.DashLine))
+        for label in self.labels:
+            label.setColor(colour)

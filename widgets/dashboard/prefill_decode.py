@@ -5,7 +5,16 @@ from __future__ import annotations
 import numpy as np
 import pyqtgraph as pg
 
-from widgets.dashboard.panel import TIME_LABEL, Panel, add_plot, hide_time_axis, legend_html, legend_label, set_window
+from widgets.dashboard.panel import (
+    TIME_LABEL,
+    Panel,
+    PhaseMarks,
+    add_plot,
+    hide_time_axis,
+    legend_html,
+    legend_label,
+    set_window,
+)
 from widgets.dashboard.series import EVENT_KINDS, WindowView, step_of
 from widgets.dashboard.stats import step_time_split
 
@@ -42,12 +51,14 @@ class PrefillDecodePanel(Panel):
         self.prefill_tokens_curve = self.token_plot.plot(name="prefill", fillLevel=0)
         self.decode_tokens_curve = self.token_plot.plot(name="decode", fillLevel=0)
         self.data: dict[str, np.ndarray] = {}
+        self.phases = PhaseMarks(self.time_plot)
 
     def plots(self) -> list[pg.PlotItem]:
         return [self.time_plot, self.token_plot]
 
     def restyle(self) -> None:
         th = self.theme
+        self.phases.restyle(th.muted)
         for curve, colour in (
             (self.total_curve, th.other),
             (self.prefill_curve, th.prefill),
@@ -96,4 +107,5 @@ class PrefillDecodePanel(Panel):
             mine = ev_kind == code
             self.markers[kind].setData(x=ev_t[mine], y=heights[mine])
             self.data[f"{kind}_t"] = ev_t[mine]
+        self.phases.update(view)
         set_window(self.token_plot, view)
