@@ -239,3 +239,16 @@ def test_experiment_phases_are_marked_on_the_time_charts(dashboard, clock) -> No
     x, _ = marks.lines.getData()
     assert x.tolist() == pytest.approx([0.0, 0.0])  # one vertical line, at the switch (now)
     assert marks.labels[0].isVisible()
+
+
+def test_a_failing_panel_is_logged_and_the_dashboard_goes_on(dashboard, recorder, caplog) -> None:
+    def broken(view) -> None:
+        raise ValueError("a bug in a panel")
+
+    dashboard.panels["throughput"].refresh = broken
+    recorder.record_step(step(8, T0 + 0.55, decode=1))
+    dashboard.tick()  # the timer's slot: must not raise into Qt
+    dashboard.tick()
+    assert "a bug in a panel" in caplog.text
+    assert dashboard.history.steps.size == 8
+    assert len(curve_data(dashboard.panels["kv_pages"].used_curve)[0]) == 8  # the others still draw

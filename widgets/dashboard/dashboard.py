@@ -28,7 +28,7 @@ from widgets.dashboard.export import export_csv, export_json
 from widgets.dashboard.kv_pages import KVPagesPanel
 from widgets.dashboard.numbers import NumbersPanel
 from widgets.dashboard.page_map import PageMapPanel
-from widgets.dashboard.panel import Panel, theme_for
+from widgets.dashboard.panel import Panel, contained, theme_for
 from widgets.dashboard.prefill_decode import PrefillDecodePanel
 from widgets.dashboard.results import ResultsPanel
 from widgets.dashboard.series import MemoryInfo, MetricsHistory, SnapshotSource
@@ -128,8 +128,12 @@ class DashboardWidget(QWidget):
             self._grid.setColumnStretch(column, 1 if column < columns else 0)
 
     def resizeEvent(self, event) -> None:
-        self._arrange(2 if event.size().width() >= TWO_COLUMNS_FROM_PX else 1)
         super().resizeEvent(event)
+        self._rearrange(event.size().width())
+
+    @contained
+    def _rearrange(self, width: int) -> None:
+        self._arrange(2 if width >= TWO_COLUMNS_FROM_PX else 1)
 
     def sizeHint(self) -> QSize:
         return QSize(1100, 900)
@@ -258,6 +262,7 @@ class DashboardWidget(QWidget):
     def _changed(self) -> None:
         self._version += 1
 
+    @contained
     def tick(self) -> None:
         """Read what is new; redraw the panels that show something out of date, as the time budget allows."""
         self.budget.begin_tick()
@@ -294,17 +299,21 @@ class DashboardWidget(QWidget):
         drawn_at = self._clock()
         for key in keys:
             started = time.thread_time()
-            self.panels[key].refresh(view)
+            contained(self.panels[key].refresh)(view)  # one broken panel must not stop the others
             if charge:
                 self.budget.redrawn(key, time.thread_time() - started)
             self._drawn[key] = (self._version, drawn_at)
 
     # ---- showing, hiding, theme ------------------------------------------------------------------------
     def showEvent(self, event) -> None:
-        self.timer.setInterval(POLL_MS)
-        self._changed()
         super().showEvent(event)
+        self.timer.setInterval(POLL_MS)
+        self._shown()
+
+    @contained
+    def _shown(self) -> None:
         # draw everything now, not in turns: whoever opened the dashboard wants to see it at once
+        self._changed()
         if self._source is not None:
             self.history.poll(self._source)
         if not self.paused:
@@ -315,10 +324,11 @@ class DashboardWidget(QWidget):
         super().hideEvent(event)
 
     def changeEvent(self, event) -> None:
+        super().changeEvent(event)
         if event.type() == QEvent.Type.PaletteChange:
             self.apply_theme()
-        super().changeEvent(event)
 
+    @contained
     def apply_theme(self) -> None:
         self.theme = theme_for(self.palette())
         for panel in self.panels.values():

@@ -11,7 +11,7 @@ import pyqtgraph as pg
 from PySide6.QtWidgets import QToolTip
 
 from engine.metrics import PageMap
-from widgets.dashboard.panel import Panel, legend_label
+from widgets.dashboard.panel import Panel, contained, legend_label
 from widgets.dashboard.series import WindowView
 from widgets.dashboard.theme import blend, chat_colour
 
@@ -38,6 +38,7 @@ class _PageImage(pg.ImageItem):
         self._panel = panel
         self.setAcceptHoverEvents(True)
 
+    @contained
     def hoverEvent(self, event) -> None:
         if event.isExit():
             QToolTip.hideText()

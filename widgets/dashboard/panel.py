@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import functools
+import logging
+from collections.abc import Callable
+
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QSize
@@ -13,6 +17,29 @@ from widgets.dashboard.theme import DARK, LIGHT, Theme
 
 # Antialiasing doubles the paint cost of dense curves; at 10 Hz the eye does not miss it.
 pg.setConfigOptions(antialias=False, useOpenGL=False)
+
+log = logging.getLogger(__name__)
+_reported: set[str] = set()
+
+
+def contained(method: Callable) -> Callable:
+    """A dashboard bug is logged, not raised into Qt: an exception escaping a Qt override can take the whole
+    process down (PySide 6.11 can crash while printing it), and no chart is worth the user's chats."""
+
+    @functools.wraps(method)
+    def wrapper(*args, **kwargs):
+        try:
+            return method(*args, **kwargs)
+        except Exception:
+            name = method.__qualname__
+            if name not in _reported:  # a timer would repeat it ten times a second
+                _reported.add(name)
+                log.exception("dashboard: %s failed (later failures of it are logged at debug level)", name)
+            else:
+                log.debug("dashboard: %s failed again", name, exc_info=True)
+            return None
+
+    return wrapper
 
 
 def theme_for(palette: QPalette) -> Theme:
