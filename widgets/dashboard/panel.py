@@ -174,7 +174,8 @@ class PhaseMarks:
         self.marks: list[tuple[float, str]] = []
 
     def update(self, view: WindowView) -> None:
-        self.marks = [(t, text.removeprefix("experiment: ")) for t, text in view.annotations]
+        # "experiment: prefix sharing, caching on" -> "caching on": the results table names the experiment
+        self.marks = [(t, text.removeprefix("experiment: ").split(", ")[-1]) for t, text in view.annotations]
         low, high = self.plot.getViewBox().viewRange()[1]
         xs = np.repeat([t for t, _ in self.marks], 2)
         ys = np.tile([low, high], len(self.marks))
@@ -186,7 +187,8 @@ class PhaseMarks:
         for i, label in enumerate(self.labels):
             if i < len(self.marks):
                 label.setText(self.marks[i][1])
-                label.setPos(self.marks[i][0], high)
+                # every other label a line lower: phases a few seconds apart would print over each other
+                label.setPos(self.marks[i][0], high - (i % 2) * 0.14 * (high - low))
                 label.show()
             else:
                 label.hide()
