@@ -21,7 +21,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--chats", type=int, default=8, help="chats streaming at once (default 8)")
     parser.add_argument("--phases", type=int, default=24, help="alternating phases, dashboard shown/hidden (24)")
     parser.add_argument("--phase-seconds", type=float, default=3.0, help="length of one phase (default 3 s)")
-    parser.add_argument("--kv-memory", type=float, default=128, help="KV cache budget in MiB (default 128)")
+    parser.add_argument("--kv-memory", type=float, default=512, help="KV budget in MiB (512, as the studio)")
     parser.add_argument("--screenshot", metavar="PNG", help="save the window while the chats stream")
     parser.add_argument(
         "--plain",
