@@ -44,6 +44,7 @@ class StreamingPanel(Panel):
         self.histogram_plot.hideButtons()
         self.histogram_plot.setLabel("bottom", "inter-token ms")
         self.histogram_plot.getViewBox().setLimits(yMin=0)
+        self.histogram_plot.getAxis("bottom").setStyle(maxTickLevel=0)  # a narrow chart: major ticks only
         self.graphics.ci.layout.setColumnStretchFactor(0, 3)
         self.graphics.ci.layout.setColumnStretchFactor(1, 1)
         self.itl_curves: dict[int, pg.PlotDataItem] = {}
