@@ -6,10 +6,12 @@ import os
 import time
 from collections.abc import Callable, Sequence
 
-#: the dashboard's share of the UI thread's wall time: 2% of the whole machine's CPU (the engine computes on
-#: the same cores). On 2 slow cores the charts update about once a second; on 8 fast ones at the full 10 Hz.
-DEFAULT_SHARE = min(0.25, 0.02 * (os.cpu_count() or 2))
-STARVED_S = 3.0  # a panel waiting this long is redrawn even without credit: a chart must never look frozen
+#: the dashboard's share of the UI thread's wall time: 1.2% of the whole machine's CPU. The engine computes on
+#: the same cores, and on a small machine every millisecond of drawing costs it more than that (its threads
+#: wait for each other at every parallel step). On 2 slow cores each chart updates every second or two; on 8
+#: fast ones all of them at the full 10 Hz.
+DEFAULT_SHARE = min(0.25, 0.012 * (os.cpu_count() or 2))
+STARVED_S = 4.0  # a panel waiting this long is redrawn even without credit: a chart must never look frozen
 MAX_CREDIT_S = 0.1  # time saved up while idle: a few panels' worth, no more
 MAX_TICK_S = 0.015  # redraws planned into one tick: more at once would stall the event loop visibly
 

@@ -16,6 +16,7 @@ from widgets.dashboard.series import WindowView
 from widgets.dashboard.theme import blend, chat_colour
 
 CELL = 7  # pixels per cell side
+FILL_LEVELS = 4  # shades of a chat's colour by how full a page is
 GAP = 1
 UNTAGGED = "(untagged)"
 
@@ -77,7 +78,8 @@ class PageMapPanel(Panel):
         self.page_map: PageMap | None = None
         self.chat_codes: dict[str, int] = {}
         self.shape = (0, 0)
-        self.cell_colours: list[str] = []
+        self._cells = np.zeros(0, dtype=np.int64)
+        self._lut: list[str] = []
         self.counts: Counter[str] = Counter()
 
     def restyle(self) -> None:
@@ -112,19 +114,6 @@ class PageMapPanel(Panel):
         assert self.page_map is not None
         return list(dict.fromkeys(self._tag(rid) for rid in self.page_map.owners[page]))
 
-    def _colour(self, page: int) -> str:
-        assert self.page_map is not None
-        state = self.cell_state(page)
-        th = self.theme
-        if state == "free":
-            return th.page_free
-        if state == "cached":
-            return th.page_cached
-        tag = self.page_map.tags.get(self.page_map.owners[page][0], "")
-        colour = chat_colour(self.chat_codes.get(tag, len(self.chat_codes)))
-        fill = self.page_map.filled[page] / self.page_map.page_size
-        return blend(colour, th.page_free, 0.55 * (1.0 - fill))  # a filling page is paler: its tail is waste
-
     def describe_page(self, page: int) -> str:
         if self.page_map is None or not 0 <= page < len(self.page_map.owners):
             return ""
@@ -151,37 +140,67 @@ class PageMapPanel(Panel):
         return page
 
     # ---- drawing ---------------------------------------------------------------------------------
+    @property
+    def cell_colours(self) -> list[str]:
+        """Each page's colour (hex), as drawn."""
+        return [self._lut[i] for i in self._cells.tolist()]
+
+    def _palette(self, chats: int) -> list[str]:
+        """Colour by cell index: 0 free, 1 cached, then per chat FILL_LEVELS + 1 shades, palest when emptiest
+        (the unfilled tail of a page is KV waste)."""
+        th = self.theme
+        lut = [th.page_free, th.page_cached]
+        for code in range(chats):
+            for level in range(FILL_LEVELS + 1):
+                lut.append(blend(chat_colour(code), th.page_free, 0.55 * (1.0 - level / FILL_LEVELS)))
+        return lut
+
     def _draw(self, page_map: PageMap | None) -> None:
         self.page_map = page_map
         if page_map is None:
             self.image.clear()
             self.legend.setText("no pages yet")
             return
-        n = len(page_map.owners)
+        owners = page_map.owners
+        n = len(owners)
+        # per-page arrays, then one table lookup: no Python work per page beyond reading the owners
+        holders = np.fromiter((len(o) for o in owners), dtype=np.int64, count=n)
+        unknown = len(self.chat_codes)
+        codes = np.fromiter(
+            (self.chat_codes.get(page_map.tags.get(o[0], ""), unknown) if o else 0 for o in owners),
+            dtype=np.int64,
+            count=n,
+        )
+        cached = np.zeros(n, dtype=bool)
+        cached[[p for p in page_map.cached_pages if p < n]] = True
+        level = np.clip(np.rint(np.asarray(page_map.filled) / page_map.page_size * FILL_LEVELS), 0, FILL_LEVELS)
+        self._cells = np.where(
+            holders > 0, 2 + codes * (FILL_LEVELS + 1) + level.astype(np.int64), cached.astype(np.int64)
+        )
+        self._lut = self._palette(int(codes.max(initial=0)) + 1)
         rows, cols = self.shape = grid_shape(n)
-        self.cell_colours = [self._colour(p) for p in range(n)]
-        palette = sorted(set(self.cell_colours))
-        index = {c: i for i, c in enumerate(palette)}
-        lut = np.array([_rgb(c) for c in palette], dtype=np.uint8)
-        cells = np.full(rows * cols, -1, dtype=np.int32)
-        cells[:n] = [index[c] for c in self.cell_colours]
+        lut = np.array([_rgb(c) for c in self._lut] + [_rgb(self.theme.page_gap)], dtype=np.uint8)
+        cells = np.full(rows * cols, len(self._lut), dtype=np.int64)  # the last entry: the background
+        cells[:n] = self._cells
         # each cell becomes a CELL x CELL block with a GAP-wide seam of background to its right and below
         block = np.repeat(np.repeat(cells.reshape(rows, cols), CELL + GAP, axis=0), CELL + GAP, axis=1)
         seam = np.zeros((CELL + GAP, CELL + GAP), dtype=bool)
         seam[CELL:, :] = seam[:, CELL:] = True
-        block[np.tile(seam, (rows, cols))] = -1
-        rgb = np.empty((*block.shape, 3), dtype=np.uint8)
-        rgb[:] = _rgb(self.theme.page_gap)
-        rgb[block >= 0] = lut[block[block >= 0]]
-        self.image.setImage(rgb, autoLevels=False, levels=(0, 255))
-        shared = [p for p in range(n) if len(page_map.owners[p]) > 1]
+        block[np.tile(seam, (rows, cols))] = len(self._lut)
+        self.image.setImage(lut[block], autoLevels=False, levels=(0, 255))
+        shared = np.flatnonzero(holders > 1)
         centre = CELL / 2
         self.shared_markers.setData(
-            x=[(p % cols) * (CELL + GAP) + centre for p in shared],
-            y=[(p // cols) * (CELL + GAP) + centre for p in shared],
+            x=(shared % cols) * (CELL + GAP) + centre, y=(shared // cols) * (CELL + GAP) + centre
         )
         self.view_box.setRange(xRange=(0, cols * (CELL + GAP)), yRange=(0, rows * (CELL + GAP)), padding=0.02)
-        self.counts = Counter(self.cell_state(p) for p in range(n))
+        free = holders == 0
+        self.counts = Counter(
+            shared=int((holders > 1).sum()),
+            used=int((holders == 1).sum()),
+            cached=int((free & cached).sum()),
+            free=int((free & ~cached).sum()),
+        )
         self._write_legend(page_map)
 
     def _write_legend(self, page_map: PageMap) -> None:
