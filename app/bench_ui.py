@@ -11,6 +11,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 STALL_TICK_MS = 20
+WARM_UP_LIMIT_S = 120.0
 SETTLE_S = 1.0  # after showing or hiding the dashboard (a full repaint, saved-up credit), before a phase counts
 
 
@@ -117,7 +118,9 @@ def run(args: argparse.Namespace) -> int:
     phases: list[Phase] = []
     try:
         bench.start_streaming()
-        bench.wait(3.0)  # warm-up: first calls, and a dashboard with something to draw
+        # warm-up: until every chat streams (first calls are slow; a fresh studio engine starts slowly too)
+        bench.wait_for(lambda: bench.token_count() >= args.chats * 32, WARM_UP_LIMIT_S)
+        bench.wait(2.0)
         if args.screenshot:
             bench.grab().save(args.screenshot)
         for i in range(args.phases):

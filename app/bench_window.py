@@ -112,3 +112,12 @@ class BenchWindow(QWidget):
         loop = QEventLoop()
         QTimer.singleShot(int(seconds * 1000), loop.quit)
         loop.exec()
+
+    def wait_for(self, condition, seconds: float) -> None:
+        loop = QEventLoop()
+        check = QTimer()
+        check.timeout.connect(lambda: condition() and loop.quit())
+        check.start(50)
+        QTimer.singleShot(int(seconds * 1000), loop.quit)
+        loop.exec()
+        check.stop()
