@@ -128,10 +128,10 @@ def test_numbers_panel_shows_the_window_summary(dashboard) -> None:
     assert n.text("itl_p50") == "50.0 ms" and n.text("itl_p99") == "80.0 ms"
     assert n.text("stream_rate") == "20.0"
     assert n.text("prefix_hits") == "27%"
-    assert n.text("kv_waste") == "5 slots (31%)"
+    assert n.text("kv_waste") == "31% · 5"
     assert n.text("preemptions") == "1"
     assert n.text("kv_pages") == "4 / 32"
-    assert n.text("weights") == "512 MiB" and n.text("kv_memory") == "8 MiB / 64 MiB"
+    assert n.text("weights") == "512 MiB" and n.text("kv_memory") == "8/64 MiB"
 
 
 def test_time_window_drops_what_is_older(dashboard, recorder, clock) -> None:

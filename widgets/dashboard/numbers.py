@@ -17,7 +17,11 @@ TILES = (
     ("engine_rate", "output tok/s", "tokens produced per second by the whole engine while it was busy"),
     ("stream_rate", "per-stream tok/s", "decode speed of one reply: 1 / median inter-token latency"),
     ("prefix_hits", "prefix cache hits", "share of prompt tokens found in cached prefix pages (not prefilled again)"),
-    ("kv_waste", "KV waste", "token slots handed out but not filled: the unused tails of each request's last page"),
+    (
+        "kv_waste",
+        "KV waste",
+        "share (and number) of token slots handed out but not filled: the unused tails of each request's last page",
+    ),
     ("preemptions", "preemptions", "requests evicted from the KV cache for lack of pages, to be recomputed"),
     ("kv_pages", "KV pages used", "pages held by requests now / pages in the pool"),
     ("weights", "weights memory", "memory the loaded model's weights take"),
@@ -44,13 +48,11 @@ def format_summary(s: Summary) -> dict[str, str]:
         "engine_rate": "–" if s.output_tokens_per_s is None else f"{s.output_tokens_per_s:.1f}",
         "stream_rate": "–" if s.stream_tokens_per_s is None else f"{s.stream_tokens_per_s:.1f}",
         "prefix_hits": "–" if s.prefix_hit_rate is None else f"{s.prefix_hit_rate:.0%}",
-        "kv_waste": "–" if waste is None else f"{s.kv_waste_slots} slots ({waste:.0%})",
+        "kv_waste": "–" if waste is None else f"{waste:.0%} · {s.kv_waste_slots}",
         "preemptions": str(s.preemptions),
         "kv_pages": f"{s.pages_used} / {s.pages_total}" if s.pages_total else "–",
         "weights": _mib(s.weight_bytes),
-        "kv_memory": f"{_mib(s.kv_used_bytes) if s.pages_used else '0'} / {_mib(s.kv_pool_bytes)}"
-        if s.kv_pool_bytes
-        else "–",
+        "kv_memory": f"{s.kv_used_bytes / 1024**2:,.0f}/{_mib(s.kv_pool_bytes)}" if s.kv_pool_bytes else "–",
     }
 
 
@@ -89,7 +91,7 @@ class NumbersPanel(Panel):
         for label in self.captions:
             label.setStyleSheet(f"color: {self.theme.muted}; font-size: 9pt;")
         for value in self.values.values():
-            value.setStyleSheet(f"color: {self.theme.foreground}; font-size: 14pt; font-weight: 600;")
+            value.setStyleSheet(f"color: {self.theme.foreground}; font-size: 13pt; font-weight: 600;")
 
     def set_memory(self, memory: MemoryInfo) -> None:
         self.memory = memory
