@@ -66,7 +66,7 @@ def load_options_from(args: argparse.Namespace):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from app import bench_command, generate_command, serve_command
+    from app import bench_command, bench_ui, generate_command, serve_command
 
     parser = argparse.ArgumentParser(
         prog="inference-studio",
@@ -89,6 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", help="serve the model over an OpenAI-compatible HTTP API, with /metrics")
     serve_command.configure(serve)
+
+    bench_ui_parser = sub.add_parser("bench-ui", help="UI stall and engine throughput, dashboard shown vs hidden")
+    bench_ui.configure(bench_ui_parser)
     return parser
 
 

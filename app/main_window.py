@@ -25,6 +25,7 @@ from app.backends import BackendRegistry
 from app.chat_export import ChatDocument, ChatImportError, from_json, to_json, to_markdown
 from app.chat_store import ChatStore
 from app.chat_tabs import ChatTabs
+from app.dashboard_setup import install_studio_dashboard
 from app.engine_bridge import EngineBridge, Loader
 from app.engine_status import EngineStatus
 from app.event_pump import EventPump
@@ -288,6 +289,7 @@ def run_studio(args: argparse.Namespace) -> int:
     theme = ThemeManager(app)
     theme.set(settings.theme, settings.font_size)
     window = MainWindow(settings, theme=theme)
+    install_studio_dashboard(window)
     window.show()
     window.load_model(initial_choice(args, settings))
     if getattr(args, "self_test", False):

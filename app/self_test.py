@@ -48,6 +48,7 @@ class SelfTest(QObject):
         self.order: list[str] = []
         self.chats: list[ChatController] = []
         self._streaming_shot = False
+        self._midstream_shot = False
         self._done = False
 
     def run(self) -> int:
@@ -86,6 +87,16 @@ class SelfTest(QObject):
             if self.window.dashboard is not None:
                 self.window.dashboard_dock.show()
                 self._save(self.window.dashboard, "dashboard-streaming.png")
+        elif self._streaming_shot and not self._midstream_shot and self._both_a_few_tokens_in():
+            # a few tokens into both replies the charts have something to show: a second dashboard picture
+            self._midstream_shot = True
+            self.window.dashboard.redraw()  # every panel up to date now, not in its turn
+            self._save(self.window.dashboard, "dashboard-midstream.png")
+
+    def _both_a_few_tokens_in(self) -> bool:
+        if self.window.dashboard is None or not all(c.busy for c in self.chats):
+            return False
+        return min(self.order.count(c.title) for c in self.chats) >= 6
 
     def _started(self, controller: ChatController) -> bool:
         return (

@@ -55,4 +55,5 @@ def test_self_test_streams_two_chats_on_the_embedded_model(tmp_path) -> None:
     assert "self-test passed: two chats streamed at the same time" in result.stdout
     names = {p.name for p in shots.glob("*.png")}
     assert {"studio-streaming.png", "studio-light.png", "studio-dark.png"} <= names
+    assert {"dashboard-streaming.png", "dashboard-midstream.png"} <= names  # the live dashboard, while both stream
     assert all((shots / name).stat().st_size > 10_000 for name in names)

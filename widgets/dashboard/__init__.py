@@ -1,0 +1,1 @@
+"""The live performance dashboard: pyqtgraph panels over the engine's metrics snapshots."""
