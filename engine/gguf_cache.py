@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from engine.errors import ModelFormatError
-from engine.paths import converted_models_dir
+from engine.paths import bundled_converted_dirs, converted_models_dir
 
 log = logging.getLogger(__name__)
 
@@ -76,15 +76,17 @@ def read_gguf_metadata(path: Path) -> dict[str, str]:
 def converted_folder(path: Path, progress: Callable[[str], None] | None = None) -> tuple[Path, dict]:
     """The cached Hugging Face folder for this GGUF file, converting it first if needed."""
     digest = file_digest(path)
-    target = converted_models_dir() / f"{_safe_stem(path)}-{digest[:16]}"
-    marker = target / MARKER
-    if marker.is_file():
-        try:
-            info = json.loads(marker.read_text())
-            if info.get("format") == _CONVERSION_FORMAT:
-                return target, info
-        except ValueError:
-            pass
+    name = f"{_safe_stem(path)}-{digest[:16]}"
+    # An install may ship the conversion (read-only, never repaired here): first start is then instant.
+    for folder in bundled_converted_dirs():
+        info = _finished_conversion(folder / name)
+        if info is not None:
+            return folder / name, info
+    target = converted_models_dir() / name
+    info = _finished_conversion(target)
+    if info is not None:
+        return target, info
+    if target.exists():
         shutil.rmtree(target, ignore_errors=True)
 
     meta = read_gguf_metadata(path)
@@ -104,6 +106,15 @@ def converted_folder(path: Path, progress: Callable[[str], None] | None = None) 
         raise
     log.info("converted %s into %s", path, target)
     return target, info
+
+
+def _finished_conversion(folder: Path) -> dict | None:
+    """The marker of a complete conversion in the current format, or None."""
+    try:
+        info = json.loads((folder / MARKER).read_text())
+    except (OSError, ValueError):
+        return None
+    return info if isinstance(info, dict) and info.get("format") == _CONVERSION_FORMAT else None
 
 
 def _convert(path: Path, out: Path) -> None:

@@ -10,6 +10,8 @@ import platformdirs
 APP_NAME = "inference-studio"
 HOME_ENV = "INFERENCE_STUDIO_HOME"
 CACHE_ENV = "INFERENCE_STUDIO_CACHE"  # the cache alone, e.g. to share converted models between test runs
+# Read-only folders of models converted ahead of time (an installer's bundle), searched before converting.
+BUNDLED_CONVERTED_ENV = "INFERENCE_STUDIO_BUNDLED_CONVERTED"
 
 
 def _base_override() -> Path | None:
@@ -40,3 +42,9 @@ def converted_models_dir() -> Path:
     path = cache_dir() / "converted"
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def bundled_converted_dirs() -> list[Path]:
+    """Read-only folders holding converted models shipped with an install, in search order (os.pathsep list)."""
+    value = os.environ.get(BUNDLED_CONVERTED_ENV, "")
+    return [Path(part).expanduser() for part in value.split(os.pathsep) if part]

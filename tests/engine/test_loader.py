@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from pathlib import Path
@@ -158,6 +159,45 @@ def test_gguf_conversion_is_cached_and_redone_when_the_file_changes(
     third = load_model(str(model_file))
     assert len(conversions) == 2
     assert third.info.folder != first.info.folder
+
+
+def test_a_bundled_conversion_is_used_read_only_before_converting(
+    tmp_path: Path, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Installers ship the embedded model converted; the studio must use it and not convert into the cache."""
+    monkeypatch.setenv("INFERENCE_STUDIO_CACHE", str(tmp_path / "cache"))
+    conversions: list[Path] = []
+
+    def fake_convert(source: Path, out: Path) -> None:
+        conversions.append(source)
+        shutil.copytree(tiny_model_dir, out, dirs_exist_ok=True)
+
+    monkeypatch.setattr(gguf_cache, "_convert", fake_convert)
+    model_file = tmp_path / "small.gguf"
+    _write_small_gguf(model_file, 1.0)
+    # What a build does: convert once into a build cache, then copy the folder into the bundle.
+    monkeypatch.setenv("INFERENCE_STUDIO_CACHE", str(tmp_path / "build-cache"))
+    built, _ = gguf_cache.converted_folder(model_file)
+    bundled = tmp_path / "bundle" / "converted-models"
+    shutil.copytree(built, bundled / built.name)
+    stale = tmp_path / "stale"  # an older layout must be skipped, not trusted
+    shutil.copytree(built, stale / built.name)
+    marker = stale / built.name / gguf_cache.MARKER
+    marker.write_text(marker.read_text().replace('"format": 1', '"format": 0'))
+
+    monkeypatch.setenv("INFERENCE_STUDIO_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv(
+        "INFERENCE_STUDIO_BUNDLED_CONVERTED", os.pathsep.join([str(tmp_path / "missing"), str(stale), str(bundled)])
+    )
+    loaded = load_model(str(model_file))
+    assert loaded.info.folder == str(bundled / built.name)
+    assert len(conversions) == 1  # only the build's
+    assert not list((tmp_path / "cache" / "converted").glob("small-*"))
+
+    _write_small_gguf(model_file, 2.0)  # a file the bundle does not hold is converted into the user cache as before
+    changed = load_model(str(model_file))
+    assert len(conversions) == 2
+    assert Path(changed.info.folder).parent == tmp_path / "cache" / "converted"
 
 
 def _fake_hub_snapshot(cache: Path, repo_id: str, source: Path) -> None:
