@@ -66,12 +66,52 @@ class StepContext:
     decode_context_lens: torch.Tensor | None  # [num_decode]
     decode_max_pages: int
     prefills: list[PrefillSlice]
-    _masks: dict = field(default_factory=dict)
+    _memo: dict = field(default_factory=dict)
+
+    def _cached(self, key: str, build) -> torch.Tensor:
+        value = self._memo.get(key)
+        if value is None:
+            value = self._memo[key] = build()
+        return value
+
+    def write_index(self) -> torch.Tensor:
+        """Rows of every new key and value in the flat [2 * kv_heads * pages * page_size, dim] view of a layer."""
+
+        def build() -> torch.Tensor:
+            cache = self.cache
+            rows_per_head = cache.num_pages * cache.page_size
+            heads = torch.arange(2 * cache.num_kv_heads, device=self.slot_mapping.device)[:, None] * rows_per_head
+            return (heads + self.slot_mapping[None, :]).reshape(-1)
+
+        return self._cached("write", build)
+
+    def decode_gather(self, layer_storage: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys and values of every decode row's pages, padded to the longest: two [kv_heads * d, len, dim].
+
+        A dim-0 index_select over whole pages (rows of page_size * dim) copies with memcpy, two to three times
+        faster than selecting along the page dimension of the [kv_heads, pages, ...] layout; the output
+        buffer is allocated once per step and reused by every layer (they run one after another)."""
+        assert self.decode_page_index is not None
+        cache = self.cache
+        heads2, ps, dim = 2 * cache.num_kv_heads, cache.page_size, cache.head_dim
+
+        def index() -> torch.Tensor:
+            heads = torch.arange(heads2, device=self.decode_page_index.device)[:, None] * cache.num_pages
+            return (heads + self.decode_page_index[None, :]).reshape(-1)
+
+        flat_index = self._cached("gather", index)
+        buffer = self._cached(
+            "gather_buffer",
+            lambda: torch.empty(flat_index.numel(), ps * dim, dtype=layer_storage.dtype, device=layer_storage.device),
+        )
+        torch.index_select(layer_storage.view(heads2 * cache.num_pages, ps * dim), 0, flat_index, out=buffer)
+        gathered = buffer.view(2, cache.num_kv_heads * self.num_decode, self.decode_max_pages * ps, dim)
+        return gathered[0], gathered[1]
 
     def decode_mask(self, sliding_window: int | None, dtype: torch.dtype) -> torch.Tensor:
         """Additive mask [kv_heads * num_decode, 1, max_len]: -inf on padding (and outside a sliding window)."""
         key = (sliding_window, dtype)
-        mask = self._masks.get(key)
+        mask = self._memo.get(key)
         if mask is None:
             assert self.decode_context_lens is not None
             length = self.decode_max_pages * self.cache.page_size
@@ -83,7 +123,7 @@ class StepContext:
             mask = torch.zeros(invalid.shape, dtype=dtype, device=invalid.device).masked_fill_(invalid, float("-inf"))
             kv_heads = self.cache.num_kv_heads
             mask = mask.unsqueeze(0).expand(kv_heads, -1, -1).reshape(kv_heads * self.num_decode, 1, length)
-            self._masks[key] = mask
+            self._memo[key] = mask
         return mask
 
 
@@ -121,22 +161,19 @@ def paged_attention(
     Writes the new keys/values into their slots, then decode rows attend over their gathered pages in one
     batched matmul and each prefill chunk over its own with SDPA."""
     k_pages, v_pages = ctx.cache.layer(layer)
-    kv_heads, _, page_size, head_dim = k_pages.shape
-    # Keys and values of a layer are adjacent in storage ([2, kv_heads, pages, page_size, dim]), so one
-    # index_copy_ writes both and one index_select gathers both: half the calls of doing them apart.
-    both = ctx.cache.storage[layer].view(2 * kv_heads, -1, head_dim)
-    new_kv = torch.stack((key.transpose(0, 1), value.transpose(0, 1))).to(both.dtype)
-    both.index_copy_(1, ctx.slot_mapping, new_kv.view(2 * kv_heads, -1, head_dim))
+    kv_heads, head_dim = k_pages.shape[0], k_pages.shape[-1]
+    # Keys and values of a layer are adjacent in storage ([2, kv_heads, pages, page_size, dim]): one
+    # index_copy_ over dim 0 of its flat view writes both (dim 0 copies whole rows, the fast path).
+    storage = ctx.cache.storage[layer]
+    new_kv = torch.stack((key.transpose(0, 1), value.transpose(0, 1))).to(storage.dtype)
+    storage.view(-1, head_dim).index_copy_(0, ctx.write_index(), new_kv.view(-1, head_dim))
 
     total, heads = query.shape[0], query.shape[1]
     group = heads // kv_heads
     d = ctx.num_decode
     decoded = None
     if d:
-        length = ctx.decode_max_pages * page_size
-        pages = ctx.cache.storage[layer].view(2 * kv_heads, -1, page_size, head_dim)
-        gathered = pages.index_select(1, ctx.decode_page_index).view(2, kv_heads * d, length, head_dim)
-        keys, values = gathered[0], gathered[1]
+        keys, values = ctx.decode_gather(storage)
         # heads are grouped by kv head (head h uses kv head h // group), as in repeat_kv
         q = query[:d].reshape(d, kv_heads, group, head_dim).transpose(0, 1).reshape(kv_heads * d, group, head_dim)
         scores = torch.baddbmm(ctx.decode_mask(sliding_window, q.dtype), q, keys.transpose(1, 2), alpha=scale)
