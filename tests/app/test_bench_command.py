@@ -22,6 +22,18 @@ def test_bench_writes_table_json_and_plot(capsys, tiny_model_dir: Path, tmp_path
     assert set(record["workloads"]) == {"single", "shared-prefix"}
     assert record["command"].startswith("inference-studio bench")
     assert plot_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # the charts fill the picture: one row per workload (a layout exported before it had its geometry was
+    # squeezed into the top corner of a mostly blank image)
+    from PySide6.QtGui import QImage
+
+    image = QImage(str(plot_path))
+    assert image.width() == 1200 and image.height() >= 2 * 240
+
+    def inked(y: int) -> bool:
+        return any(image.pixelColor(x, y).lightness() < 128 for x in range(0, image.width(), 3))
+
+    lowest_ink = next(y for y in range(image.height() - 1, 0, -1) if inked(y))
+    assert lowest_ink > image.height() * 0.8
 
 
 def test_bench_refuses_unknown_names(capsys) -> None:
