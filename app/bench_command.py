@@ -32,6 +32,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--threads", type=int, default=None, help="torch threads for every system")
     parser.add_argument("--scale", type=float, default=1.0, help="shrink token counts (quick checks)")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run every system N times in interleaved rounds and report each one's median run (noisy machines)",
+    )
     parser.add_argument("--json", type=Path, metavar="FILE", help="write every figure to FILE")
     parser.add_argument("--plot", type=Path, metavar="FILE.png", help="draw the comparison into FILE.png")
     parser.set_defaults(handler=run)
@@ -69,6 +76,8 @@ def run(args: argparse.Namespace) -> int:
     chosen = _parse_baselines(args.baselines)
     config = engine_config_from(args)
     config.validate()
+    if args.repeat < 1:
+        raise InvalidRequestError("--repeat must be at least 1")
     if args.threads:
         torch.set_num_threads(args.threads)
 
@@ -77,12 +86,21 @@ def run(args: argparse.Namespace) -> int:
 
     loaded = load_model(args.model, load_options_from(args))
     gguf = str(loaded.source.path) if loaded.source.is_gguf else None
-    record = run_benchmark(loaded, workloads, chosen, config, progress, scale=args.scale, llama_cpp_gguf=gguf)
+    record = run_benchmark(
+        loaded, workloads, chosen, config, progress, scale=args.scale, llama_cpp_gguf=gguf, repeat=args.repeat
+    )
     record["command"] = "inference-studio bench " + " ".join(shlex.quote(a) for a in sys.argv[2:])
     print(f"model: {record['model']}, torch threads {record['torch_threads']}")
     for name, result in record["workloads"].items():
         print(f"\n## {name}: {result['description']}\n")
         print(report.table(result["systems"]))
+        if result["repeat"] > 1:
+            runs = "; ".join(
+                f"{system} " + ", ".join(f"{x:.1f}" for x in values if x is not None)
+                for system, values in result["tokens_per_s_runs"].items()
+                if values
+            )
+            print(f"\nmedian of {result['repeat']} interleaved runs; tok/s of each run: {runs}")
         for row in result["systems"]:
             if row["system"].startswith("engine") and not row.get("skipped"):
                 print("\n" + report.engine_details(row))

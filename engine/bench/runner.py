@@ -51,6 +51,56 @@ def _agreement(engine: SystemResult, other: SystemResult) -> float | None:
     return same / len(engine.outputs)
 
 
+def _systems(
+    loaded, workload: Workload, chosen: list[str], config: EngineConfig, llama_cpp_gguf: str | None
+) -> list[tuple[str, Callable[[], SystemResult]]]:
+    """Every system of this workload as (progress label, run): the engine first, then the chosen baselines."""
+    systems: list[tuple[str, Callable[[], SystemResult]]] = [("engine", lambda: run_engine(loaded, workload, config))]
+    if workload.name == "shared-prefix":
+        off = dataclasses.replace(config, prefix_caching=False)
+        systems.append(
+            ("engine without prefix caching", lambda: run_engine(loaded, workload, off, name="engine-no-prefix-cache"))
+        )
+    runners = {
+        "sequential": baselines.run_sequential,
+        "static": baselines.run_static,
+        "generate-batch": baselines.run_generate_batch,
+    }
+    for name in chosen:
+        if name == "llama-cpp":
+            if importlib.util.find_spec("llama_cpp") is None or not llama_cpp_gguf:
+                skipped = SystemResult("llama-cpp-python", 0, [], skipped="llama-cpp-python not installed")
+                systems.append((name, lambda skipped=skipped: skipped))
+                continue
+            systems.append((name, functools.partial(_run_llama_cpp, llama_cpp_gguf, loaded, workload)))
+            continue
+        run = runners[name]
+        if name == "generate-batch":
+            kv_bytes = config.kv_memory_bytes if config.kv_pages is None else None
+            run = functools.partial(run, kv_memory_bytes=kv_bytes or 512 * 1024**2)
+        systems.append((name, functools.partial(_run_baseline, name, run, loaded, workload)))
+    return systems
+
+
+def _run_llama_cpp(gguf: str, loaded, workload: Workload) -> SystemResult:
+    return baselines.run_llama_cpp(gguf, loaded.tokenizer, workload, time.perf_counter(), torch.get_num_threads())
+
+
+def _run_baseline(name: str, run, loaded, workload: Workload) -> SystemResult:
+    try:
+        return run(loaded.model, loaded.tokenizer, workload, time.perf_counter())
+    except Exception as exc:  # a baseline that breaks must not take the engine's numbers with it
+        return SystemResult(name, 0, [], skipped=f"{type(exc).__name__}: {exc}")
+
+
+def _median_run(runs: list[SystemResult]) -> SystemResult:
+    """The run with the median throughput: a real run, so its latencies and counters belong together."""
+    if len(runs) == 1 or runs[0].skipped:
+        return runs[0]
+    ordered = sorted(runs, key=lambda r: r.summary()["tokens_per_s"] or 0.0)
+    return ordered[(len(ordered) - 1) // 2]
+
+
 def run_workload(
     loaded,
     workload: Workload,
@@ -58,38 +108,20 @@ def run_workload(
     config: EngineConfig,
     progress: Progress,
     llama_cpp_gguf: str | None = None,
+    repeat: int = 1,
 ) -> dict:
-    results: list[SystemResult] = []
-    progress(f"{workload.name}: engine")
-    results.append(run_engine(loaded, workload, config))
-    if workload.name == "shared-prefix":
-        progress(f"{workload.name}: engine without prefix caching")
-        off = dataclasses.replace(config, prefix_caching=False)
-        results.append(run_engine(loaded, workload, off, name="engine-no-prefix-cache"))
-    runners = {
-        "sequential": baselines.run_sequential,
-        "static": baselines.run_static,
-        "generate-batch": baselines.run_generate_batch,
-    }
-    for name in chosen:
-        progress(f"{workload.name}: {name}")
-        if name == "llama-cpp":
-            if importlib.util.find_spec("llama_cpp") is None or not llama_cpp_gguf:
-                results.append(SystemResult("llama-cpp-python", 0, [], skipped="llama-cpp-python not installed"))
+    """Runs every system `repeat` times in interleaved rounds (engine, baselines, engine, baselines, ...), so a
+    slow spell of a shared machine hits all of them alike, and keeps each system's median run."""
+    systems = _systems(loaded, workload, chosen, config, llama_cpp_gguf)
+    runs: list[list[SystemResult]] = [[] for _ in systems]
+    for round_index in range(repeat):
+        suffix = f" (round {round_index + 1} of {repeat})" if repeat > 1 else ""
+        for index, (label, run) in enumerate(systems):
+            if runs[index] and runs[index][0].skipped:
                 continue
-            threads = torch.get_num_threads()
-            results.append(
-                baselines.run_llama_cpp(llama_cpp_gguf, loaded.tokenizer, workload, time.perf_counter(), threads)
-            )
-            continue
-        try:
-            run = runners[name]
-            if name == "generate-batch":
-                kv_bytes = config.kv_memory_bytes if config.kv_pages is None else None
-                run = functools.partial(run, kv_memory_bytes=kv_bytes or 512 * 1024**2)
-            results.append(run(loaded.model, loaded.tokenizer, workload, time.perf_counter()))
-        except Exception as exc:  # a baseline that breaks must not take the engine's numbers with it
-            results.append(SystemResult(name, 0, [], skipped=f"{type(exc).__name__}: {exc}"))
+            progress(f"{workload.name}: {label}{suffix}")
+            runs[index].append(run())
+    results = [_median_run(r) for r in runs]
     rows = [r.summary() for r in results]
     engine_result = results[0]
     return {
@@ -98,6 +130,10 @@ def run_workload(
         "output_tokens": workload.output_tokens,
         "prompt_tokens": sum(len(r.prompt_ids) for r in workload.requests),
         "systems": rows,
+        "repeat": repeat,
+        "tokens_per_s_runs": {
+            r.system: [x.summary()["tokens_per_s"] for x in rs] for r, rs in zip(results, runs, strict=True)
+        },
         "ratios": ratios(rows),
         "same_tokens_as": {r.system: _agreement(engine_result, r) for r in results[1:] if not r.skipped and r.outputs},
     }
@@ -111,7 +147,10 @@ def run_benchmark(
     progress: Progress = lambda message: None,
     scale: float = 1.0,
     llama_cpp_gguf: str | None = None,
+    repeat: int = 1,
 ) -> dict:
+    if repeat < 1:
+        raise ValueError("--repeat must be at least 1")
     config = config or EngineConfig()
     names = workloads or WORKLOADS
     progress("warming up")
@@ -128,5 +167,5 @@ def run_benchmark(
     for name in names:
         workload = build(name, loaded.tokenizer, scale)
         chosen = DEFAULT_BASELINES[name] if chosen_baselines is None else chosen_baselines
-        record["workloads"][name] = run_workload(loaded, workload, chosen, config, progress, llama_cpp_gguf)
+        record["workloads"][name] = run_workload(loaded, workload, chosen, config, progress, llama_cpp_gguf, repeat)
     return record

@@ -80,3 +80,30 @@ def test_every_system_makes_the_same_tokens_and_the_record_is_json(tiny_loaded) 
     cached, uncached = shared["systems"][0], shared["systems"][1]
     assert cached["prefill_tokens"] < uncached["prefill_tokens"] and cached["prefix_hit_rate"] > 0.5
     json.dumps(record)
+
+
+def test_repeat_runs_every_system_in_rounds_and_keeps_its_median_run(tiny_loaded) -> None:
+    seen: list[str] = []
+    record = run_benchmark(tiny_loaded, ["single"], ["static"], scale=0.1, repeat=3, progress=seen.append)
+    single = record["workloads"]["single"]
+    # interleaved rounds: engine, static, engine, static, ... (after the warm-up message)
+    assert [m.split(": ")[1].split(" (")[0] for m in seen[1:]] == ["engine", "static"] * 3
+    assert single["repeat"] == 3
+    for row in single["systems"]:
+        runs = single["tokens_per_s_runs"][row["system"]]
+        assert len(runs) == 3
+        assert row["tokens_per_s"] == sorted(runs)[1]  # the median run is the one reported
+    with pytest.raises(ValueError, match="at least 1"):
+        run_benchmark(tiny_loaded, ["single"], [], scale=0.1, repeat=0)
+
+
+def test_median_run_is_a_real_run() -> None:
+    from engine.bench.runner import _median_run
+
+    def result(seconds: float) -> SystemResult:
+        return SystemResult("engine", seconds, [RequestTiming(0.0, [seconds / 2, seconds])], [[1, 2]])
+
+    runs = [result(4.0), result(1.0), result(2.0)]
+    assert _median_run(runs) is runs[2]
+    skipped = SystemResult("llama-cpp-python", 0, [], skipped="not installed")
+    assert _median_run([skipped]) is skipped
