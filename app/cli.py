@@ -42,7 +42,9 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--kv-pages", type=int, default=None, help="number of KV pages (default: from --kv-memory)")
     group.add_argument("--kv-memory", type=float, default=512, help="KV cache budget in MiB (default 512)")
     group.add_argument("--max-running", type=int, default=64, help="most sequences decoded in one step")
-    group.add_argument("--max-step-tokens", type=int, default=512, help="token budget of one step")
+    group.add_argument(
+        "--max-step-tokens", type=int, default=None, help="token budget of one step (default: 256 on CPU, 2048 on GPU)"
+    )
     group.add_argument("--no-prefix-cache", action="store_true", help="turn prefix caching off")
 
 

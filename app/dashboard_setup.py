@@ -3,7 +3,7 @@ Experiments menu, and the user's panel choices remembered across starts."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import QSettings, Qt
+from PySide6.QtCore import QSettings, Qt, QTimer
 from PySide6.QtWidgets import QMainWindow, QMenu
 
 from app.experiments_controller import ExperimentController, build_experiments_menu
@@ -11,6 +11,9 @@ from widgets.dashboard.dashboard import WINDOWS, DashboardWidget
 from widgets.dashboard.series import MemoryInfo
 
 SETTINGS_GROUP = "dashboard"
+# shown and hidden by what happens (an experiment reports, a chat runs on a remote), not remembered
+AUTOMATIC_PANELS = {"results", "remote"}
+REMOTE_POLL_MS = 1000  # the remote client scrapes /metrics once a second
 
 
 def install_studio_dashboard(window: QMainWindow, settings: QSettings | None = None) -> DashboardWidget:
@@ -32,8 +35,16 @@ def install_studio_dashboard(window: QMainWindow, settings: QSettings | None = N
         dashboard.set_source(thread.metrics.snapshot, name)
         dashboard.set_memory(MemoryInfo(getattr(info, "weight_bytes", 0), thread.engine.cache.nbytes, name))
 
-    bridge.model_changed.connect(follow_model)
+    remote = getattr(window, "remote", None)  # RemoteFeatures, where the window has remote endpoints
+
+    def follow_model_unless_remote(info=None) -> None:
+        if remote is None or remote.current_client() is None:
+            follow_model(info)
+
+    bridge.model_changed.connect(follow_model_unless_remote)
     follow_model()
+    if remote is not None:
+        _follow_remote_chats(dashboard, remote, follow_model)
     dock = window.install_dashboard(dashboard)
     _widen_when_first_shown(window, dock, dashboard)
 
@@ -44,6 +55,37 @@ def install_studio_dashboard(window: QMainWindow, settings: QSettings | None = N
     build_experiments_menu(menu, controller)
     window.experiments = controller
     return dashboard
+
+
+def _follow_remote_chats(dashboard: DashboardWidget, remote, follow_model) -> None:
+    """When the current chat runs on a remote endpoint, the charts show the token timings measured here and the
+    remote panel what the server reports of itself (or that it reports nothing); back on this computer's engine,
+    the dashboard reads the engine again."""
+    timer = QTimer(dashboard)
+    timer.setInterval(REMOTE_POLL_MS)
+
+    def read_scrape() -> None:
+        client = remote.current_client()
+        if client is not None:
+            dashboard.add_remote_metrics(client.latest_metrics)
+
+    def follow(client) -> None:
+        if client is None:
+            timer.stop()
+            dashboard.set_remote(None)
+            follow_model()
+            return
+        label = f"{client.model} @ {client.name}"
+        dashboard.set_source(client.metrics.snapshot, f"{label} (timings measured here)")
+        dashboard.set_memory(MemoryInfo(label=label))  # its memory is the server's: not known here
+        dashboard.set_remote(label)
+        read_scrape()
+        timer.start()
+
+    timer.timeout.connect(read_scrape)
+    remote.remote_client_changed.connect(follow)
+    if remote.current_client() is not None:
+        follow(remote.current_client())
 
 
 def _widen_when_first_shown(window: QMainWindow, dock, dashboard: DashboardWidget) -> None:
@@ -89,13 +131,13 @@ def _restore(dashboard: DashboardWidget, settings: QSettings) -> None:
     if seconds in WINDOWS.values():
         dashboard.set_window(seconds)
     for key in [hidden] if isinstance(hidden, str) else list(hidden or []):
-        if key in dashboard.panels and key != "results":
+        if key in dashboard.panels and key not in AUTOMATIC_PANELS:
             dashboard.set_panel_visible(key, False)
 
     def save(*_args) -> None:
         settings.beginGroup(SETTINGS_GROUP)
         settings.setValue("window_s", dashboard.window_s)
-        hidden_now = [k for k, p in dashboard.panels.items() if p.isHidden() and k != "results"]
+        hidden_now = [k for k, p in dashboard.panels.items() if p.isHidden() and k not in AUTOMATIC_PANELS]
         settings.setValue("hidden_panels", hidden_now)
         settings.endGroup()
 

@@ -9,6 +9,18 @@ from engine.errors import UnsupportedOptionError
 DEFAULT_KV_MEMORY = 512 * 1024**2
 
 
+# A CPU prefills a few hundred tokens a second: 256 tokens make a step of about half a second on two cores, so a
+# long prompt arriving costs the chats already streaming at most that much (512 doubled the stall and, with many
+# requests arriving at once, made them all wait for the same long steps). A GPU prefills thousands a second.
+CPU_STEP_TOKENS = 256
+GPU_STEP_TOKENS = 2048
+
+
+def step_tokens_for(device: str) -> int:
+    """The default token budget of one step on this device ("cpu", "cuda", "cuda:1", "mps")."""
+    return CPU_STEP_TOKENS if str(device).startswith("cpu") else GPU_STEP_TOKENS
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     page_size: int = 16
@@ -16,8 +28,9 @@ class EngineConfig:
     kv_pages: int | None = None
     kv_memory_bytes: int = DEFAULT_KV_MEMORY
     max_running: int = 64
-    #: prefill + decode tokens computed in one step (chunked prefill keeps long prompts from stalling decodes)
-    max_step_tokens: int = 512
+    #: prefill + decode tokens computed in one step (chunked prefill keeps long prompts from stalling decodes);
+    #: None picks one for the device (see step_tokens_for)
+    max_step_tokens: int | None = None
     prefix_caching: bool = True
     #: fused projections, fused RMSNorm and (CPU float32) prepacked weights; see engine/kernels.py
     optimize: bool = True
@@ -33,7 +46,7 @@ class EngineConfig:
             raise UnsupportedOptionError("the KV memory budget must be positive")
         if self.max_running < 1:
             raise UnsupportedOptionError(f"max running sequences must be at least 1, not {self.max_running}")
-        if self.max_step_tokens < 1:
+        if self.max_step_tokens is not None and self.max_step_tokens < 1:
             raise UnsupportedOptionError(f"tokens per step must be at least 1, not {self.max_step_tokens}")
 
     def pages_for(self, kv_bytes_per_token: int) -> int:

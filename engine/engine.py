@@ -6,13 +6,13 @@ import logging
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import torch
 
 from engine import fast_forward, kernels
 from engine.attention import PagedKVCache
-from engine.config import EngineConfig
+from engine.config import EngineConfig, step_tokens_for
 from engine.detokenizer import IncrementalDetokenizer
 from engine.errors import InvalidRequestError, PromptTooLongError
 from engine.loader import LoadedModel
@@ -46,7 +46,10 @@ class TokenEvent:
 
 class Engine:
     def __init__(self, loaded: LoadedModel, config: EngineConfig | None = None) -> None:
-        self.config = config or EngineConfig()
+        config = config or EngineConfig()
+        if config.max_step_tokens is None:
+            config = replace(config, max_step_tokens=step_tokens_for(str(loaded.options.device)))
+        self.config = config
         self.config.validate()
         self.loaded = loaded
         self.model = loaded.model

@@ -7,7 +7,7 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
-from engine.config import EngineConfig
+from engine.config import CPU_STEP_TOKENS, EngineConfig
 from engine.page_pool import PageHash, PagePool, page_hash, page_hashes
 from engine.request import FinishReason, Request, RequestStatus
 
@@ -94,7 +94,8 @@ class Scheduler:
     # ---- the step ---------------------------------------------------------------------------
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput()
-        budget = self.config.max_step_tokens
+        # an engine always resolves the budget for its device; a bare scheduler (tests) takes the CPU one
+        budget = self.config.max_step_tokens or CPU_STEP_TOKENS
         # Decodes first: one token each, so a long prefill never stalls the streams already running.
         decoding = [r for r in self.running if r.remaining_to_compute == 1]
         prefilling = [r for r in self.running if r.remaining_to_compute > 1]

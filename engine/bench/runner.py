@@ -15,7 +15,7 @@ from engine.bench.engine_run import run_engine
 from engine.bench.report import ratios
 from engine.bench.results import SystemResult
 from engine.bench.workloads import WORKLOADS, Workload, build
-from engine.config import EngineConfig
+from engine.config import EngineConfig, step_tokens_for
 from engine.request import SamplingParams
 
 BASELINES = ("sequential", "static", "generate-batch", "llama-cpp")
@@ -152,6 +152,8 @@ def run_benchmark(
     if repeat < 1:
         raise ValueError("--repeat must be at least 1")
     config = config or EngineConfig()
+    if config.max_step_tokens is None:  # the record shows the budget the engine really used
+        config = dataclasses.replace(config, max_step_tokens=step_tokens_for(str(loaded.options.device)))
     names = workloads or WORKLOADS
     progress("warming up")
     _warm_up(loaded)

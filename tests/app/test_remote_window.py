@@ -189,3 +189,27 @@ def test_a_taken_port_is_reported_and_the_toggle_goes_off(make_window, qtbot) ->
         window.remote.serve_action.setChecked(True)
         assert not window.remote.serve_action.isChecked()
         assert "could not start" in window.notice.text and "cannot listen" in window.notice.text
+
+
+def test_the_dashboard_follows_a_remote_chat_and_plots_what_the_server_reports(window_with_remote, qtbot) -> None:
+    from app.dashboard_setup import install_studio_dashboard
+
+    window = window_with_remote
+    dashboard = install_studio_dashboard(window)
+    window.actions.dashboard.trigger()
+    client = window.remote.current_client()
+    panel = dashboard.remote
+    # the charts read the client-side timings of the remote chat; the remote panel what the server says
+    assert client is not None and dashboard.source == client.metrics.snapshot and not panel.isHidden()
+    qtbot.waitUntil(lambda: panel.latest is not None and panel.latest.available, timeout=30_000)
+    chat = window.tabs.current
+    chat.set_settings(settings(max_tokens=16))
+    chat.send("hello from the remote tab")
+    wait_idle(qtbot, chat)
+    qtbot.waitUntil(lambda: dashboard.history.tokens.size > 0, timeout=30_000)  # a record per text chunk
+    qtbot.waitUntil(lambda: len(panel.samples) >= 2, timeout=30_000)
+    dashboard.redraw()
+    assert panel.data["t"].size >= 2 and (panel.data["kv_percent"] >= 0).all()
+    # back on this computer's engine: the engine's own metrics again, no remote panel
+    window.remote.choose_backend(LOCAL)
+    assert panel.isHidden() and dashboard.source == window.bridge.thread.metrics.snapshot

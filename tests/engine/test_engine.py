@@ -254,3 +254,12 @@ def test_pages_never_leak_under_random_submit_and_cancel(make_engine, ops) -> No
         assert sum(page_map.filled) == computed - engine.pool.extra_refs * engine.pool.page_size
     run_to_completion(engine)
     assert_all_pages_returned(engine)
+
+
+def test_the_step_budget_follows_the_device_unless_set(tiny_loaded) -> None:
+    from engine.config import CPU_STEP_TOKENS, EngineConfig, step_tokens_for
+    from engine.engine import Engine
+
+    assert Engine(tiny_loaded).config.max_step_tokens == CPU_STEP_TOKENS == step_tokens_for("cpu")
+    assert step_tokens_for("cuda:1") == step_tokens_for("mps") > CPU_STEP_TOKENS  # a GPU prefills far faster
+    assert Engine(tiny_loaded, EngineConfig(max_step_tokens=64)).config.max_step_tokens == 64

@@ -64,8 +64,9 @@ def test_eight_prompts_together_match_transformers(embedded_model, prompt_ids, r
 
 @pytest.mark.parametrize("prefix_caching", [True, False], ids=["prefix-cache", "no-prefix-cache"])
 def test_match_under_preemption(embedded_model, prompt_ids, references, prefix_caching: bool) -> None:
-    # 60 pages of 16 tokens: less than the 8 prompts plus their replies need at once
-    _, requests = run_all(embedded_model, prompt_ids, kv_pages=60, prefix_caching=prefix_caching)
+    # 60 pages of 16 tokens: less than the 8 prompts plus their replies need at once; a 512-token step budget
+    # admits them quickly enough that their replies outgrow the pool (a smaller one staggers them)
+    _, requests = run_all(embedded_model, prompt_ids, kv_pages=60, prefix_caching=prefix_caching, max_step_tokens=512)
     assert sum(r.preemptions for r in requests) > 0
     assert [r.output_ids for r in requests] == references
 
@@ -82,7 +83,8 @@ def test_shared_system_prompt_is_cached_and_output_unchanged(embedded_model) -> 
     assert shared > 250
     engine = Engine(embedded_model, EngineConfig())
     first = engine.add_request(batch[0], SamplingParams(max_tokens=MAX_TOKENS))
-    engine.step()  # the first request's prefill publishes the system prompt's pages
+    while first.num_computed < len(batch[0]):
+        engine.step()  # the first request's prefill (in chunks of the step budget) publishes the system prompt's pages
     later = [engine.add_request(ids, SamplingParams(max_tokens=MAX_TOKENS)) for ids in batch[1:]]
     run_to_completion(engine)
     assert [r.cached_prompt_tokens for r in later] == [shared // 16 * 16] * 3

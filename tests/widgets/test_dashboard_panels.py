@@ -252,3 +252,33 @@ def test_a_failing_panel_is_logged_and_the_dashboard_goes_on(dashboard, recorder
     assert "a bug in a panel" in caplog.text
     assert dashboard.history.steps.size == 8
     assert len(curve_data(dashboard.panels["kv_pages"].used_curve)[0]) == 8  # the others still draw
+
+
+def test_remote_panel_plots_what_the_server_reports_or_says_it_reports_nothing(dashboard, clock) -> None:
+    from engine.remote_metrics import RemoteMetricsSnapshot, unavailable
+
+    panel = dashboard.remote
+    assert panel.isHidden()  # chats on this computer: nothing remote to show
+    dashboard.set_remote("llama-70b @ cluster")
+    assert not panel.isHidden() and "reading its /metrics" in panel.status.text()
+    first = RemoteMetricsSnapshot(True, "vLLM-style metrics", 0.0, kv_cache_usage=0.25, running=3, waiting=1)
+    dashboard.add_remote_metrics(first)
+    dashboard.add_remote_metrics(first)  # the client hands out its last scrape until the next one: kept once
+    clock.now += 1.0
+    second = RemoteMetricsSnapshot(True, "vLLM-style metrics", 1.0, kv_cache_usage=0.5, running=4, waiting=0,
+                                   ttft_mean_s=0.12)  # fmt: skip
+    dashboard.add_remote_metrics(second)
+    dashboard.redraw()
+    assert panel.graphics.isVisibleTo(panel) and "what the server reports" in panel.status.text()
+    assert panel.data["t"].tolist() == [-1.0, 0.0]  # seconds before now, on the same axis as the other charts
+    assert panel.data["kv_percent"].tolist() == [25.0, 50.0]
+    assert panel.data["running"].tolist() == [3, 4] and panel.data["waiting"].tolist() == [1, 0]
+    assert np.isnan(panel.data["ttft_ms"][0]) and panel.data["ttft_ms"][1] == pytest.approx(120.0)
+    # a server without vLLM-style metrics: say so, draw no empty charts
+    dashboard.set_remote("qwen @ ollama")
+    dashboard.add_remote_metrics(unavailable("the endpoint serves no vLLM-style /metrics"))
+    dashboard.redraw()
+    assert "only client-side timings are available" in panel.status.text()
+    assert not panel.graphics.isVisibleTo(panel) and panel.data["t"].size == 0
+    dashboard.set_remote(None)
+    assert panel.isHidden() and "remote" not in dashboard.visible_panels()

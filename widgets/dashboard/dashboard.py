@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from engine.remote_metrics import RemoteMetricsSnapshot
 from widgets.dashboard.budget import DEFAULT_SHARE, STARVED_S, RedrawBudget
 from widgets.dashboard.export import export_csv, export_json
 from widgets.dashboard.kv_pages import KVPagesPanel
@@ -30,6 +31,7 @@ from widgets.dashboard.numbers import NumbersPanel
 from widgets.dashboard.page_map import PageMapPanel
 from widgets.dashboard.panel import Panel, contained, theme_for
 from widgets.dashboard.prefill_decode import PrefillDecodePanel
+from widgets.dashboard.remote import RemotePanel
 from widgets.dashboard.results import ResultsPanel
 from widgets.dashboard.series import MemoryInfo, MetricsHistory, SnapshotSource
 from widgets.dashboard.streaming import StreamingPanel
@@ -40,8 +42,10 @@ POLL_MS = 100  # 10 Hz: smooth enough to watch tokens arrive, cheap enough to le
 HIDDEN_POLL_MS = 1000  # hidden: keep reading so nothing falls out of the engine's ring buffer, draw nothing
 IDLE_REDRAW_S = 1.0  # with no new records, scroll the time axis only this often
 
-# panels in reading order; a wide dashboard puts them two by two (the results table across both columns)
+# panels in reading order; a wide dashboard puts them two by two (the remote endpoint's panel across both columns
+# at the top, the results table across both at the bottom)
 PANEL_ORDER = (
+    RemotePanel,
     PrefillDecodePanel,
     ThroughputPanel,
     StreamingPanel,
@@ -91,11 +95,14 @@ class DashboardWidget(QWidget):
         self._columns = 0
         for cls in PANEL_ORDER:
             panel = cls(self.theme)
-            panel.setMinimumHeight(230 if cls is not ResultsPanel else 120)
-            panel.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
+            if cls is not RemotePanel:  # sizes itself: tall with charts, one line without
+                panel.setMinimumHeight(230 if cls is not ResultsPanel else 120)
+                panel.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
             self.panels[panel.key] = panel
         self._arrange(2)
         self.panels["results"].hide()  # until an experiment reports
+        self.panels["remote"].hide()  # until the current chat runs on a remote endpoint
+        self.remote.clock = self.now
         self.numbers.set_memory(memory or MemoryInfo())
         scroll = QScrollArea()
         scroll.setWidgetResizable(True)
@@ -120,10 +127,11 @@ class DashboardWidget(QWidget):
         self._columns = columns
         for panel in self.panels.values():
             self._grid.removeWidget(panel)
-        charts = [p for key, p in self.panels.items() if key != "results"]
+        charts = [p for key, p in self.panels.items() if key not in ("results", "remote")]
+        self._grid.addWidget(self.panels["remote"], 0, 0, 1, columns)
         for i, panel in enumerate(charts):
-            self._grid.addWidget(panel, i // columns, i % columns)
-        self._grid.addWidget(self.panels["results"], -(-len(charts) // columns), 0, 1, columns)
+            self._grid.addWidget(panel, 1 + i // columns, i % columns)
+        self._grid.addWidget(self.panels["results"], 1 + -(-len(charts) // columns), 0, 1, columns)
         for column in range(2):
             self._grid.setColumnStretch(column, 1 if column < columns else 0)
 
@@ -190,6 +198,21 @@ class DashboardWidget(QWidget):
     @property
     def results(self) -> ResultsPanel:
         return self.panels["results"]  # type: ignore[return-value]
+
+    @property
+    def remote(self) -> RemotePanel:
+        return self.panels["remote"]  # type: ignore[return-value]
+
+    def set_remote(self, label: str | None) -> None:
+        """The current chat runs on a remote endpoint named `label` (its panel shows), or on this computer (None)."""
+        if label is not None and (label != self.remote.label or self.remote.isHidden()):
+            self.remote.set_endpoint(label)
+        self.set_panel_visible("remote", label is not None)
+
+    def add_remote_metrics(self, snapshot: RemoteMetricsSnapshot | None) -> None:
+        """A scrape of the remote endpoint's /metrics (the same snapshot again is ignored)."""
+        if snapshot is not None and self.remote.add(snapshot):
+            self._changed()
 
     @property
     def source(self) -> SnapshotSource | None:
