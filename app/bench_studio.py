@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from PySide6.QtCore import QEventLoop, QTimer
-
-from app.bench_window import QUESTIONS
+from app.bench_window import QUESTIONS, wait_events, wait_events_until
 from app.dashboard_setup import install_studio_dashboard
 from widgets.chat_data import ChatSettings
 from widgets.model_choice import ModelChoice
@@ -83,18 +81,10 @@ class StudioBench:
         return self.window.grab()
 
     def wait(self, seconds: float) -> None:
-        loop = QEventLoop()
-        QTimer.singleShot(int(seconds * 1000), loop.quit)
-        loop.exec()
+        wait_events(seconds)
 
     def wait_for(self, condition, seconds: float) -> None:
-        loop = QEventLoop()
-        check = QTimer()
-        check.timeout.connect(lambda: condition() and loop.quit())
-        check.start(50)
-        QTimer.singleShot(int(seconds * 1000), loop.quit)
-        loop.exec()
-        check.stop()
+        wait_events_until(condition, seconds)
 
     def close(self) -> None:
         self.window.close()

@@ -25,6 +25,24 @@ QUESTIONS = (
 )
 
 
+def wait_events(seconds: float) -> None:
+    """Run the Qt event loop for `seconds` (the UI keeps painting, timers keep firing)."""
+    loop = QEventLoop()
+    QTimer.singleShot(int(seconds * 1000), loop.quit)
+    loop.exec()
+
+
+def wait_events_until(condition, seconds: float) -> None:
+    """Run the Qt event loop until condition() is true (checked every 50 ms) or `seconds` have passed."""
+    loop = QEventLoop()
+    check = QTimer()
+    check.timeout.connect(lambda: condition() and loop.quit())
+    check.start(50)
+    QTimer.singleShot(int(seconds * 1000), loop.quit)
+    loop.exec()
+    check.stop()
+
+
 class BenchWindow(QWidget):
     """Chats that keep streaming (a finished reply is followed by a new question) beside the dashboard."""
 
@@ -109,15 +127,7 @@ class BenchWindow(QWidget):
         self.dashboard.setVisible(visible)
 
     def wait(self, seconds: float) -> None:
-        loop = QEventLoop()
-        QTimer.singleShot(int(seconds * 1000), loop.quit)
-        loop.exec()
+        wait_events(seconds)
 
     def wait_for(self, condition, seconds: float) -> None:
-        loop = QEventLoop()
-        check = QTimer()
-        check.timeout.connect(lambda: condition() and loop.quit())
-        check.start(50)
-        QTimer.singleShot(int(seconds * 1000), loop.quit)
-        loop.exec()
-        check.stop()
+        wait_events_until(condition, seconds)
