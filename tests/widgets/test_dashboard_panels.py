@@ -282,3 +282,19 @@ def test_remote_panel_plots_what_the_server_reports_or_says_it_reports_nothing(d
     assert not panel.graphics.isVisibleTo(panel) and panel.data["t"].size == 0
     dashboard.set_remote(None)
     assert panel.isHidden() and "remote" not in dashboard.visible_panels()
+
+
+def test_a_panel_class_without_build_or_refresh_is_refused_when_defined() -> None:
+    from widgets.dashboard.panel import Panel
+
+    with pytest.raises(TypeError, match="must define build and refresh"):
+
+        class Empty(Panel):
+            pass
+
+    class Complete(Panel):
+        def build(self) -> None:
+            pass
+
+        def refresh(self, view) -> None:
+            pass

@@ -60,6 +60,14 @@ class Panel(QFrame):
     key = "panel"
     title = "Panel"
     explanation = ""
+    REQUIRED = ("build", "refresh")
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        # abstract methods, checked when a panel class is defined (Qt's metaclass rules out abc.ABCMeta)
+        super().__init_subclass__(**kwargs)
+        missing = [name for name in Panel.REQUIRED if getattr(cls, name) is getattr(Panel, name)]
+        if missing:
+            raise TypeError(f"dashboard panel {cls.__name__} must define {' and '.join(missing)}()")
 
     def __init__(self, theme: Theme = LIGHT, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -77,13 +85,13 @@ class Panel(QFrame):
         self.apply_theme(theme)
 
     def build(self) -> None:
-        raise NotImplementedError
+        """Create the panel's widgets and plots under self.body (every panel class defines it)."""
 
     def new_graphics(self) -> ChartCanvas:
         return ChartCanvas()
 
     def refresh(self, view: WindowView) -> None:
-        raise NotImplementedError
+        """Draw the records of the window (every panel class defines it)."""
 
     def apply_theme(self, theme: Theme) -> None:
         self.theme = theme
