@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 from dataclasses import replace
 from pathlib import Path
 
+from pyqtgraph.util.garbage_collector import GarbageCollector
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QCloseEvent
 from PySide6.QtWidgets import (
@@ -285,15 +287,22 @@ def run_studio(args: argparse.Namespace) -> int:
     app = QApplication.instance() or QApplication(["inference-studio"])
     app.setApplicationName("Inference Studio")
     app.setDesktopFileName("inference-studio")
-    settings = StudioSettings()
-    theme = ThemeManager(app)
-    theme.set(settings.theme, settings.font_size)
-    window = MainWindow(settings, theme=theme)
-    install_studio_dashboard(window)
-    window.show()
-    window.load_model(initial_choice(args, settings))
-    if getattr(args, "self_test", False):
-        from app.self_test import SelfTest
+    # Python's cycle collector runs in whichever thread allocates; collecting a Qt object in the engine or
+    # HTTP thread destroys it there, which Qt answers with warnings or a crash. Collect in the GUI thread only.
+    collector = GarbageCollector(interval=0.5)
+    try:
+        settings = StudioSettings()
+        theme = ThemeManager(app)
+        theme.set(settings.theme, settings.font_size)
+        window = MainWindow(settings, theme=theme)
+        install_studio_dashboard(window)
+        window.show()
+        window.load_model(initial_choice(args, settings))
+        if getattr(args, "self_test", False):
+            from app.self_test import SelfTest
 
-        return SelfTest(window, getattr(args, "screenshot", None)).run()
-    return app.exec()
+            return SelfTest(window, getattr(args, "screenshot", None)).run()
+        return app.exec()
+    finally:
+        collector.timer.stop()
+        gc.enable()  # the caller (a test, bench-ui) goes on with Python's own collector

@@ -82,3 +82,15 @@ def embedded_server(tmp_path_factory: pytest.TempPathFactory):
     server = start_studio_server(["--served-model-name", "smollm2"], tmp_path_factory.mktemp("embedded-server"))
     yield server
     server.stop()
+
+
+@pytest.fixture(autouse=True)
+def collect_qt_garbage_in_the_main_thread(request):
+    """After a Qt test, collect reference cycles here, in the GUI thread: left to Python, a later collection
+    may run in an engine or server thread and destroy Qt objects there (seen as "QObject::killTimer: Timers
+    cannot be stopped from another thread" and, once, a segfault in the next test)."""
+    yield
+    if "qtbot" in request.fixturenames or "qapp" in request.fixturenames:
+        import gc
+
+        gc.collect()
