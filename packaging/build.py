@@ -85,8 +85,8 @@ def preconvert_embedded_model() -> Path:
     env = {**os.environ, "INFERENCE_STUDIO_CACHE": str(BUILD / "preconvert-cache"), "HF_HUB_OFFLINE": "1"}
     env.pop("INFERENCE_STUDIO_BUNDLED_CONVERTED", None)
     code = (
-        "from engine.gguf_cache import converted_folder\n"
-        "from engine.model_source import embedded_gguf_path\n"
+        "from engine.load.gguf_cache import converted_folder\n"
+        "from engine.load.model_source import embedded_gguf_path\n"
         "print(converted_folder(embedded_gguf_path())[0])\n"
     )
     log.info("converting the embedded model for the bundle (once; reused later)")

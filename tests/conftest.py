@@ -47,7 +47,7 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def embedded_model():
     """The real embedded default model (SmolLM2-135M-Instruct), float32 on CPU, loaded once per session."""
-    from engine.loader import load_model
+    from engine.load.loader import load_model
 
     return load_model(None)
 

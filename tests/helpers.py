@@ -95,7 +95,7 @@ class MemoryKeyring(keyring.backend.KeyringBackend):
 def reference_greedy(model, prompt_ids: list[int], max_new_tokens: int, eos: bool = True) -> list[int]:
     """transformers' own greedy generate, with attention_mask passed (see DESIGN.md: the pad token is a
     chat token here) and the model's standard attention, as the golden reference."""
-    from engine.runner import transformers_mode
+    from engine.model.reference import transformers_mode
 
     with transformers_mode(model):
         ids = torch.tensor([prompt_ids])

@@ -13,7 +13,9 @@ from transformers.generation.streamers import BaseStreamer
 
 from engine.bench.results import RequestTiming, SystemResult
 from engine.bench.workloads import Workload
-from engine.runner import transformers_mode
+from engine.core.config import DEFAULT_KV_MEMORY
+from engine.model.geometry import attention_geometry
+from engine.model.reference import transformers_mode
 
 
 class _StepClock(BaseStreamer):
@@ -44,7 +46,7 @@ def _pad_id(model, tokenizer) -> int:
     return 0
 
 
-def _generate(model, pad_id: int, prompts: list[list[int]], max_new: int) -> tuple[list[list[int]], list[float]]:
+def generate_padded(model, pad_id: int, prompts: list[list[int]], max_new: int) -> tuple[list[list[int]], list[float]]:
     """Left-padded greedy generate of exactly max_new tokens per row; returns outputs and step times."""
     width = max(len(p) for p in prompts)
     ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
@@ -75,7 +77,7 @@ def run_sequential(model, tokenizer, workload: Workload, start: float) -> System
         for request in workload.requests:
             arrival = start + request.arrival_s
             _sleep_until(arrival)
-            tokens, times = _generate(model, pad, [request.prompt_ids], request.max_new_tokens)
+            tokens, times = generate_padded(model, pad, [request.prompt_ids], request.max_new_tokens)
             timings.append(RequestTiming(arrival, times[: request.max_new_tokens]))
             outputs.append(tokens[0][: request.max_new_tokens])
     return SystemResult("hf-generate-sequential", time.perf_counter() - start, timings, outputs)
@@ -97,7 +99,7 @@ def run_static(model, tokenizer, workload: Workload, start: float) -> SystemResu
             pending = pending[len(wave) :]
             waves += 1
             max_new = max(r.max_new_tokens for _, r in wave)
-            tokens, times = _generate(model, pad, [r.prompt_ids for _, r in wave], max_new)
+            tokens, times = generate_padded(model, pad, [r.prompt_ids for _, r in wave], max_new)
             for (index, request), row in zip(wave, tokens, strict=True):
                 timings[index] = RequestTiming(start + request.arrival_s, times[: request.max_new_tokens])
                 outputs[index] = row[: request.max_new_tokens]
@@ -112,7 +114,7 @@ def run_static(model, tokenizer, workload: Workload, start: float) -> SystemResu
 
 
 def run_generate_batch(
-    model, tokenizer, workload: Workload, start: float, kv_memory_bytes: int = 512 * 1024**2
+    model, tokenizer, workload: Workload, start: float, kv_memory_bytes: int = DEFAULT_KV_MEMORY
 ) -> SystemResult:
     """transformers' own continuous batching: its manager, requests added as they arrive, with the same KV
     memory budget as the engine (by default it sizes its cache from free RAM, taking most of it)."""
@@ -120,10 +122,7 @@ def run_generate_batch(
     from transformers.generation.configuration_utils import ContinuousBatchingConfig
 
     config = GenerationConfig(do_sample=False, max_new_tokens=max(r.max_new_tokens for r in workload.requests))
-    text = model.config.get_text_config()
-    head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
-    kv_heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
-    per_token = text.num_hidden_layers * 2 * kv_heads * head_dim * next(model.parameters()).element_size()
+    per_token = attention_geometry(model.config).kv_bytes_per_token(next(model.parameters()).element_size())
     cb_config = ContinuousBatchingConfig()
     tokens = min(kv_memory_bytes // per_token, 65536)  # its other buffers grow with the block count too
     cb_config.num_blocks = max(8, tokens // cb_config.page_size)

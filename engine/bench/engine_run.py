@@ -6,9 +6,9 @@ import time
 
 from engine.bench.results import RequestTiming, SystemResult, kv_waste
 from engine.bench.workloads import Workload
-from engine.config import EngineConfig
-from engine.engine import Engine
-from engine.request import SamplingParams
+from engine.core.config import EngineConfig
+from engine.core.engine import Engine
+from engine.types import SamplingParams
 
 
 def run_engine(loaded, workload: Workload, config: EngineConfig, name: str = "engine") -> SystemResult:

@@ -15,8 +15,9 @@ from engine.bench.engine_run import run_engine
 from engine.bench.report import ratios
 from engine.bench.results import SystemResult
 from engine.bench.workloads import WORKLOADS, Workload, build
-from engine.config import EngineConfig, step_tokens_for
-from engine.request import SamplingParams
+from engine.core.config import DEFAULT_KV_MEMORY, EngineConfig, step_tokens_for
+from engine.core.engine import Engine
+from engine.types import SamplingParams
 
 BASELINES = ("sequential", "static", "generate-batch", "llama-cpp")
 # Defaults keep one `bench` run to a few minutes on a 2-core CPU: the one-at-a-time baseline only where
@@ -34,14 +35,13 @@ Progress = Callable[[str], None]
 
 def _warm_up(loaded) -> None:
     """First calls pay for lazy initialisation (thread pools, kernels); keep that out of every system."""
-    from engine.engine import Engine
 
     engine = Engine(loaded, EngineConfig(kv_pages=8))
     engine.add_request([1, 2, 3, 4], SamplingParams(max_tokens=2, ignore_eos=True))
     while engine.has_unfinished:
         engine.step()
     with baselines.standard_attention(loaded.model):
-        baselines._generate(loaded.model, 0, [[1, 2, 3, 4]], 2)
+        baselines.generate_padded(loaded.model, 0, [[1, 2, 3, 4]], 2)
 
 
 def _agreement(engine: SystemResult, other: SystemResult) -> float | None:
@@ -77,7 +77,7 @@ def _systems(
         run = runners[name]
         if name == "generate-batch":
             kv_bytes = config.kv_memory_bytes if config.kv_pages is None else None
-            run = functools.partial(run, kv_memory_bytes=kv_bytes or 512 * 1024**2)
+            run = functools.partial(run, kv_memory_bytes=kv_bytes or DEFAULT_KV_MEMORY)
         systems.append((name, functools.partial(_run_baseline, name, run, loaded, workload)))
     return systems
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from engine.prompts import encode_prompt
+from engine.core.prompts import encode_prompt
 
 TOPICS = [
     "the water cycle", "black holes", "sourdough bread", "the French revolution", "photosynthesis",

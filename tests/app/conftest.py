@@ -18,7 +18,7 @@ def studio_home(tmp_path, monkeypatch):
 @pytest.fixture
 def ignore_eos(monkeypatch):
     """The tiny random model may emit end-of-turn at any point; replies here must run to max_tokens."""
-    from widgets.chat_data import ChatSettings
+    from widgets.chat.data import ChatSettings
 
     original = ChatSettings.to_params
     monkeypatch.setattr(ChatSettings, "to_params", lambda self: dataclasses.replace(original(self), ignore_eos=True))
@@ -26,7 +26,7 @@ def ignore_eos(monkeypatch):
 
 @pytest.fixture
 def tiny_choice(tiny_model_dir):
-    from widgets.model_choice import ModelChoice
+    from widgets.model.choice import ModelChoice
 
     return ModelChoice(spec=str(tiny_model_dir), kv_memory_mib=16)
 
@@ -35,8 +35,8 @@ def tiny_choice(tiny_model_dir):
 def make_window(qtbot, studio_home, tiny_choice, monkeypatch):
     """build(load=True) -> MainWindow, shown offscreen, with the tiny model loaded unless load=False.
     Confirmation questions answer yes unless a test says otherwise."""
-    from app.main_window import MainWindow
-    from app.settings import StudioSettings
+    from app.window.main_window import MainWindow
+    from app.window.settings import StudioSettings
 
     windows = []
     monkeypatch.setattr(MainWindow, "confirm", lambda self, title, question: True)
@@ -61,7 +61,7 @@ def wait_idle(qtbot, *controllers, timeout: int = 60_000) -> None:
 
 
 def settings(**changes):
-    from widgets.chat_data import ChatSettings
+    from widgets.chat.data import ChatSettings
 
     base = ChatSettings(temperature=0.0, top_p=1.0, top_k=0, repetition_penalty=1.0, max_tokens=24)
     return dataclasses.replace(base, **changes)

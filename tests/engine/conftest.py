@@ -7,15 +7,15 @@ import pytest
 
 @pytest.fixture(scope="session")
 def tiny_loaded(tiny_model_dir):
-    from engine.loader import load_model
+    from engine.load.loader import load_model
 
     return load_model(str(tiny_model_dir))
 
 
 @pytest.fixture
 def make_engine(tiny_loaded):
-    from engine.config import EngineConfig
-    from engine.engine import Engine
+    from engine.core.config import EngineConfig
+    from engine.core.engine import Engine
 
     def build(**config) -> Engine:
         config.setdefault("kv_pages", 64)

@@ -7,6 +7,6 @@ import pytest
 
 @pytest.fixture(scope="session")
 def tiny_loaded_for_widgets(tiny_model_dir):
-    from engine.loader import load_model
+    from engine.load.loader import load_model
 
     return load_model(str(tiny_model_dir))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from engine.metrics import MetricsRecorder, PageMap, StepRecord, TokenRecord
+from engine.core.metrics import MetricsRecorder, PageMap, StepRecord, TokenRecord
 
 
 def step(

@@ -23,9 +23,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.remote_metrics import RemoteMetricsSnapshot
-from widgets.dashboard.budget import DEFAULT_SHARE, STARVED_S, RedrawBudget
-from widgets.dashboard.export import export_csv, export_json
+from engine.remote.metrics import RemoteMetricsSnapshot
+from widgets.dashboard.data.budget import DEFAULT_SHARE, STARVED_S, RedrawBudget
+from widgets.dashboard.data.export import export_csv, export_json
+from widgets.dashboard.data.series import MemoryInfo, MetricsHistory, SnapshotSource
 from widgets.dashboard.kv_pages import KVPagesPanel
 from widgets.dashboard.numbers import NumbersPanel
 from widgets.dashboard.page_map import PageMapPanel
@@ -33,7 +34,6 @@ from widgets.dashboard.panel import Panel, contained, theme_for
 from widgets.dashboard.prefill_decode import PrefillDecodePanel
 from widgets.dashboard.remote import RemotePanel
 from widgets.dashboard.results import ResultsPanel
-from widgets.dashboard.series import MemoryInfo, MetricsHistory, SnapshotSource
 from widgets.dashboard.streaming import StreamingPanel
 from widgets.dashboard.throughput import ThroughputPanel
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pyqtgraph as pg
 
+from widgets.dashboard.data.series import EVENT_KINDS, WindowView, step_of
 from widgets.dashboard.panel import TIME_LABEL, Panel, PhaseMarks, add_plot, legend_html, legend_label, set_window
-from widgets.dashboard.series import EVENT_KINDS, WindowView, step_of
 
 _PREEMPTED = EVENT_KINDS.index("preempted")
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QGridLayout, QLabel, QSizePolicy, QWidget
 
+from widgets.dashboard.data.series import MemoryInfo, WindowView
+from widgets.dashboard.data.stats import Summary, summarize
 from widgets.dashboard.panel import Panel
-from widgets.dashboard.series import MemoryInfo, WindowView
-from widgets.dashboard.stats import Summary, summarize
 
 # key, caption, tooltip
 TILES = (

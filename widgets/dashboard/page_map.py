@@ -10,10 +10,10 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtWidgets import QToolTip
 
-from engine.metrics import PageMap
+from engine.core.metrics import PageMap
+from widgets.dashboard.data.series import WindowView
+from widgets.dashboard.data.theme import blend, chat_colour
 from widgets.dashboard.panel import Panel, contained, legend_label
-from widgets.dashboard.series import WindowView
-from widgets.dashboard.theme import blend, chat_colour
 
 CELL = 7  # pixels per cell side
 FILL_LEVELS = 4  # shades of a chat's colour by how full a page is

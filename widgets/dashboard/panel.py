@@ -12,8 +12,8 @@ from PySide6.QtCore import QSize
 from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import QFrame, QLabel, QSizePolicy, QVBoxLayout, QWidget
 
-from widgets.dashboard.series import WindowView
-from widgets.dashboard.theme import DARK, LIGHT, Theme
+from widgets.dashboard.data.series import WindowView
+from widgets.dashboard.data.theme import DARK, LIGHT, Theme
 
 # Antialiasing doubles the paint cost of dense curves; at 10 Hz the eye does not miss it.
 pg.setConfigOptions(antialias=False, useOpenGL=False)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pyqtgraph as pg
 
+from widgets.dashboard.data.series import EVENT_KINDS, WindowView, step_of
+from widgets.dashboard.data.stats import step_time_split
 from widgets.dashboard.panel import (
     TIME_LABEL,
     Panel,
@@ -15,8 +17,6 @@ from widgets.dashboard.panel import (
     legend_label,
     set_window,
 )
-from widgets.dashboard.series import EVENT_KINDS, WindowView, step_of
-from widgets.dashboard.stats import step_time_split
 
 _SYMBOLS = {"admitted": "t1", "finished": "o", "preempted": "x"}
 

@@ -11,9 +11,9 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtWidgets import QLabel, QSizePolicy
 
-from engine.remote_metrics import RemoteMetricsSnapshot
+from engine.remote.metrics import RemoteMetricsSnapshot
+from widgets.dashboard.data.series import WindowView
 from widgets.dashboard.panel import TIME_LABEL, Panel, add_plot, hide_time_axis, legend_html, legend_label, set_window
-from widgets.dashboard.series import WindowView
 
 MAX_SAMPLES = 3600  # an hour of one-second scrapes, more than the longest time window
 CHARTS_HEIGHT = 340  # three stacked charts; without charts the panel is one line of text

@@ -7,8 +7,8 @@ from html import escape
 
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QLabel, QTableWidget, QTableWidgetItem
 
+from widgets.dashboard.data.series import WindowView
 from widgets.dashboard.panel import Panel
-from widgets.dashboard.series import WindowView
 
 
 class ResultsPanel(Panel):

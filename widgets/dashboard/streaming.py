@@ -8,10 +8,10 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel
 
+from widgets.dashboard.data.series import WindowView
+from widgets.dashboard.data.stats import chat_latencies, itl_histogram
+from widgets.dashboard.data.theme import chat_colour
 from widgets.dashboard.panel import TIME_LABEL, Panel, add_plot, legend_html, legend_label, set_window, style_plot
-from widgets.dashboard.series import WindowView
-from widgets.dashboard.stats import chat_latencies, itl_histogram
-from widgets.dashboard.theme import chat_colour
 
 ALL_CHATS = "All chats"
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pyqtgraph as pg
 
+from widgets.dashboard.data.series import WindowView
+from widgets.dashboard.data.stats import bin_width_for, token_rate
 from widgets.dashboard.panel import TIME_LABEL, Panel, add_plot, hide_time_axis, legend_html, legend_label, set_window
-from widgets.dashboard.series import WindowView
-from widgets.dashboard.stats import bin_width_for, token_rate
 
 
 class ThroughputPanel(Panel):

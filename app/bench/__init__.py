@@ -1,0 +1,1 @@
+"""Benchmark windows: what the dashboard costs while chats stream."""

@@ -1,0 +1,227 @@
+"""ChatController: one chat tab's behaviour: send, stream, stop, regenerate, edit-and-resend, persist."""
+
+from __future__ import annotations
+
+import logging
+
+from PySide6.QtCore import QObject, QTimer, Signal
+
+from app.chat.reply_router import ReplyRouter
+from app.chat.store import ChatStore, StoredChat
+from app.hosting.backends import BackendRegistry, ReplyHandle
+from engine.errors import StudioError
+from engine.types import FinishReason, TokenEvent
+from widgets.chat.data import ASSISTANT, USER, ChatMessage, ChatSettings, conversation, stats_dict
+from widgets.chat.panel import ChatPanel
+
+log = logging.getLogger(__name__)
+
+# If a stopped reply's final event never comes (its backend died), finish it here after this long.
+STOP_GRACE_MS = 5000
+
+
+class ChatController(QObject):
+    title_changed = Signal(str)
+    busy_changed = Signal(bool)
+
+    def __init__(self, chat: StoredChat, store: ChatStore, registry: BackendRegistry, router: ReplyRouter) -> None:
+        super().__init__()
+        self.chat_id = chat.chat_id
+        self.title = chat.title
+        self.settings = chat.settings
+        self.backend_id = chat.backend
+        self.messages: list[ChatMessage] = list(chat.messages)
+        self._store = store
+        self._registry = registry
+        self._router = router
+        self._reply: ReplyHandle | None = None
+        self._reply_index: int | None = None  # the assistant message being written (or queued)
+        self.panel = ChatPanel()
+        self.panel.transcript.set_messages(self.messages)
+        self.panel.set_settings(self.settings)
+        self.panel.send_requested.connect(self.send)
+        self.panel.stop_requested.connect(self.stop)
+        self.panel.regenerate_requested.connect(self.regenerate)
+        self.panel.edit_requested.connect(self.begin_edit)
+        self.panel.settings_changed.connect(self.set_settings)
+
+    # ---- state ------------------------------------------------------------------------------
+    @property
+    def busy(self) -> bool:
+        """A reply is streaming or waiting for its backend."""
+        return self._reply_index is not None
+
+    @property
+    def streaming(self) -> bool:
+        return self._reply is not None
+
+    @property
+    def request_id(self) -> str | None:
+        return self._reply.request_id if self._reply is not None else None
+
+    def _set_busy(self, busy: bool) -> None:
+        self.panel.set_busy(busy)
+        self.busy_changed.emit(busy)
+
+    # ---- user actions -----------------------------------------------------------------------
+    def send(self, text: str) -> bool:
+        """Send a message (resending from an edited one if an edit is open). False if a reply is under way."""
+        if not text.strip():
+            return False
+        if self.busy:
+            self.panel.show_info("A reply is still being written: stop it (Esc) or wait, then send.")
+            return False
+        editing = self.panel.editing_index
+        if editing is not None:
+            self._truncate(editing)
+        self.panel.notice.dismiss()
+        self._append(ChatMessage(USER, text))
+        self.panel.clear_input()
+        self.panel.end_edit()
+        self._start_reply()
+        return True
+
+    def stop(self) -> None:
+        """Cancel the reply; what was generated stays (the engine's final event brings the stats)."""
+        if self._reply is not None:
+            self._reply.cancel()
+            self.panel.transcript.set_status(self._reply_index, "stopping…")
+            request_id = self._reply.request_id
+            QTimer.singleShot(STOP_GRACE_MS, self, lambda: self._force_stop(request_id))  # dies with the tab
+        elif self._reply_index is not None:  # still queued: nothing was generated, drop the placeholder
+            self._truncate(self._reply_index)
+            self._reply_index = None
+            self._set_busy(False)
+
+    def regenerate(self) -> None:
+        if self.busy or not self.messages or self.messages[-1].role != ASSISTANT:
+            return
+        self._truncate(len(self.messages) - 1)
+        self._start_reply()
+
+    def begin_edit(self, index: int) -> None:
+        if self.busy or not (0 <= index < len(self.messages)) or self.messages[index].role != USER:
+            return
+        self.panel.begin_edit(index, self.messages[index].content)
+
+    def set_settings(self, settings: ChatSettings) -> None:
+        self.settings = settings
+        self.panel.set_settings(settings)
+        self._store.update_chat(self.chat_id, settings=settings)
+
+    def set_backend(self, backend_id: str) -> bool:
+        """Write this chat's next replies with another backend (a remote endpoint, say). False while one streams."""
+        if self.busy:
+            return False
+        self.backend_id = backend_id
+        self._store.update_chat(self.chat_id, backend=backend_id)
+        return True
+
+    def rename(self, title: str) -> None:
+        title = title.strip()
+        if title and title != self.title:
+            self.title = title
+            self._store.update_chat(self.chat_id, title=title)
+            self.title_changed.emit(title)
+
+    # ---- the reply --------------------------------------------------------------------------
+    def _append(self, message: ChatMessage) -> int:
+        self.messages.append(message)
+        index = len(self.messages) - 1
+        if message.role == USER:
+            self._store.put_message(self.chat_id, index, message)
+        self.panel.transcript.append_message(message)
+        return index
+
+    def _truncate(self, keep: int) -> None:
+        del self.messages[keep:]
+        self._store.truncate(self.chat_id, keep)
+        self.panel.transcript.truncate(keep)
+
+    def _start_reply(self) -> None:
+        # a system prompt typed a moment ago may still sit in the panel's typing pause: take it now
+        current = self.panel.sampling.settings()
+        if current != self.settings:
+            self.set_settings(current)
+        self._reply_index = self._append(ChatMessage(ASSISTANT, ""))
+        self.panel.transcript.scroll_to_end()
+        self._set_busy(True)
+        self._submit()
+
+    def _submit(self) -> None:
+        index = self._reply_index
+        assert index is not None
+        backend = self._registry.get(self.backend_id)
+        if backend is None:
+            self.panel.transcript.set_status(index, "waiting for the model to load…")
+            return
+        try:
+            handle = backend.submit(
+                messages=conversation(self.settings.system_prompt, self.messages[:index]),
+                params=self.settings.to_params(),
+                tag=self.title,
+            )
+        except StudioError as exc:  # bad settings, a prompt that does not fit: this tab's problem only
+            self._finish(FinishReason.ERROR, None, str(exc))
+            return
+        self._reply = handle
+        self._router.track(handle.request_id, self)
+        self.panel.transcript.set_status(index, "writing…")
+
+    def backend_available(self) -> None:
+        """The backend came (back): send the reply that was waiting for it."""
+        if self._reply_index is not None and self._reply is None and self._registry.get(self.backend_id):
+            self._submit()
+
+    def on_events(self, events: list[TokenEvent]) -> None:
+        """This tab's events of one frame: append their text once, finish on the last."""
+        if self._reply is None or self._reply_index is None:
+            return
+        message = self.messages[self._reply_index]
+        final = None
+        delta = []
+        for event in events:
+            if event.request_id != self._reply.request_id:
+                continue
+            delta.append(event.text)
+            if event.finished:
+                final = event
+        if delta:
+            message.content += "".join(delta)
+            self.panel.transcript.set_streaming_text(self._reply_index, message.content)
+        if final is not None:
+            error = final.error
+            if final.finish_reason is FinishReason.ERROR and not error:
+                error = "the engine failed while writing this reply"
+            self._finish(final.finish_reason or FinishReason.STOP, final.stats, error)
+
+    def _finish(self, reason: FinishReason, stats, error: str | None) -> None:
+        index = self._reply_index
+        if index is None:
+            return
+        message = self.messages[index]
+        message.finish_reason = reason
+        message.stats = stats_dict(stats) if stats is not None and not isinstance(stats, dict) else stats
+        message.error = error
+        if self._reply is not None:
+            self._router.untrack(self._reply.request_id)
+        self._reply = None
+        self._reply_index = None
+        self._store.put_message(self.chat_id, index, message)
+        self.panel.transcript.set_status(index, "")
+        self.panel.transcript.update_message(index, message)
+        self._set_busy(False)
+
+    def _force_stop(self, request_id: str) -> None:
+        if self._reply is not None and self._reply.request_id == request_id:
+            log.warning("no final event for stopped request %s; finishing it here", request_id)
+            self._finish(FinishReason.ABORT, None, None)
+
+    def shutdown(self) -> None:
+        """The tab or the window closes: stop the reply and keep what was generated."""
+        if self._reply is not None:
+            self._reply.cancel()
+            self._finish(FinishReason.ABORT, None, None)
+        elif self._reply_index is not None:
+            self._truncate(self._reply_index)
+            self._reply_index = None

@@ -1,0 +1,207 @@
+"""ChatTabs: the open chats as tabs: new, open, close (asking if a reply streams), rename, reorder, restore."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from PySide6.QtCore import QObject, Signal
+from PySide6.QtWidgets import QTabWidget, QToolButton
+
+from app.chat.controller import ChatController
+from app.chat.reply_router import ReplyRouter
+from app.chat.store import ChatStore, StoredChat
+from app.hosting.backends import LOCAL, BackendRegistry
+from widgets.chat.data import ChatMessage, ChatSettings
+
+Confirm = Callable[[str, str], bool]
+_NUMBERED = re.compile(r"^Chat (\d+)$")
+_BUSY_MARK = " ●"
+
+
+class ChatTabs(QObject):
+    current_changed = Signal(object)  # the ChatController shown, or None
+    busy_changed = Signal()  # some tab started or finished a reply
+
+    def __init__(
+        self,
+        store: ChatStore,
+        registry: BackendRegistry,
+        router: ReplyRouter,
+        confirm: Confirm,
+        parent: QObject | None = None,
+    ) -> None:
+        super().__init__(parent)
+        self._store = store
+        self._registry = registry
+        self._router = router
+        self._confirm = confirm
+        self._send_key = "enter"
+        self._settings_visible = True
+        self.widget = QTabWidget()
+        self.widget.setObjectName("chatTabs")
+        self.widget.setTabsClosable(True)
+        self.widget.setMovable(True)
+        self.widget.setDocumentMode(True)
+        self.widget.tabCloseRequested.connect(lambda index: self.close_tab(index))
+        self.widget.currentChanged.connect(lambda _index: self.current_changed.emit(self.current))
+        self.widget.tabBar().tabMoved.connect(lambda _a, _b: self._save_open_tabs())
+        self.new_tab_button = QToolButton()
+        self.new_tab_button.setText("+")
+        self.new_tab_button.setToolTip("New chat (Ctrl+T)")
+        self.new_tab_button.setAutoRaise(True)
+        self.new_tab_button.clicked.connect(lambda: self.new_chat())
+        self.widget.setCornerWidget(self.new_tab_button)
+        registry.backend_changed.connect(self._on_backend_changed)
+
+    # ---- lookup -----------------------------------------------------------------------------
+    @property
+    def controllers(self) -> list[ChatController]:
+        """In tab order."""
+        return [self.widget.widget(i).property("controller") for i in range(self.widget.count())]
+
+    @property
+    def current(self) -> ChatController | None:
+        panel = self.widget.currentWidget()
+        return panel.property("controller") if panel is not None else None
+
+    def index_of(self, controller: ChatController) -> int:
+        return self.widget.indexOf(controller.panel)
+
+    def busy_count(self, backend_id: str | None = LOCAL) -> int:
+        return sum(1 for c in self.controllers if c.busy and (backend_id is None or c.backend_id == backend_id))
+
+    def streaming_count(self, backend_id: str | None = LOCAL) -> int:
+        return sum(1 for c in self.controllers if c.streaming and (backend_id is None or c.backend_id == backend_id))
+
+    # ---- opening ----------------------------------------------------------------------------
+    def next_title(self) -> str:
+        used = {int(m.group(1)) for c in self.controllers if (m := _NUMBERED.match(c.title))}
+        number = 1
+        while number in used:
+            number += 1
+        return f"Chat {number}"
+
+    def new_chat(
+        self,
+        settings: ChatSettings | None = None,
+        title: str | None = None,
+        messages: list[ChatMessage] | None = None,
+    ) -> ChatController:
+        settings = settings or ChatSettings()
+        title = title or self.next_title()
+        chat_id = self._store.create_chat(title, settings)
+        if messages:
+            self._store.replace_messages(chat_id, messages)
+        return self._add(StoredChat(chat_id, title, settings, LOCAL, list(messages or [])))
+
+    def open_chat(self, chat_id: int) -> ChatController | None:
+        for controller in self.controllers:
+            if controller.chat_id == chat_id:
+                self.widget.setCurrentWidget(controller.panel)
+                return controller
+        chat = self._store.load_chat(chat_id)
+        return self._add(chat) if chat is not None else None
+
+    def restore(self, current_chat: int | None = None) -> None:
+        """Reopen the tabs that were open last time, in their order and with the same one in front,
+        or start with one empty chat."""
+        for chat_id in self._store.open_tabs():
+            chat = self._store.load_chat(chat_id)
+            if chat is not None:
+                self._add(chat, select=False)
+        if not self.controllers:
+            self.new_chat()
+        front = [c for c in self.controllers if c.chat_id == current_chat]
+        self.widget.setCurrentWidget(front[0].panel if front else self.controllers[0].panel)
+
+    def _add(self, chat: StoredChat, select: bool = True) -> ChatController:
+        controller = ChatController(chat, self._store, self._registry, self._router)
+        controller.setParent(self)
+        controller.panel.setProperty("controller", controller)
+        controller.panel.input.set_send_key(self._send_key)
+        controller.panel.set_settings_visible(self._settings_visible)
+        controller.title_changed.connect(lambda _title, c=controller: self._refresh_tab(c))
+        controller.busy_changed.connect(lambda _busy, c=controller: self._on_busy(c))
+        index = self.widget.addTab(controller.panel, chat.title)
+        if select:
+            self.widget.setCurrentIndex(index)
+            controller.panel.input.setFocus()
+        self._save_open_tabs()
+        return controller
+
+    # ---- closing, renaming, moving ----------------------------------------------------------
+    def close_tab(self, index: int, ask: bool = True) -> bool:
+        panel = self.widget.widget(index)
+        if panel is None:
+            return False
+        controller: ChatController = panel.property("controller")
+        if controller.busy and ask:
+            question = f"“{controller.title}” is still writing a reply. Stop it and close the chat?"
+            if not self._confirm("Close chat", question):
+                return False
+        controller.shutdown()
+        self.widget.removeTab(index)
+        panel.deleteLater()
+        controller.deleteLater()
+        if not self.controllers:
+            self.new_chat()
+        self._save_open_tabs()
+        self.busy_changed.emit()
+        return True
+
+    def close_chat_id(self, chat_id: int) -> None:
+        for controller in self.controllers:
+            if controller.chat_id == chat_id:
+                self.close_tab(self.index_of(controller), ask=False)
+
+    def rename(self, index: int, title: str) -> None:
+        panel = self.widget.widget(index)
+        if panel is not None:
+            panel.property("controller").rename(title)
+
+    def step(self, delta: int) -> None:
+        """Next (+1) or previous (-1) tab, wrapping around."""
+        count = self.widget.count()
+        if count:
+            self.widget.setCurrentIndex((self.widget.currentIndex() + delta) % count)
+
+    def _refresh_tab(self, controller: ChatController) -> None:
+        index = self.index_of(controller)
+        if index >= 0:
+            self.widget.setTabText(index, controller.title + (_BUSY_MARK if controller.busy else ""))
+            self.widget.setTabToolTip(index, "writing a reply…" if controller.busy else "")
+
+    def _on_busy(self, controller: ChatController) -> None:
+        self._refresh_tab(controller)
+        self.busy_changed.emit()
+
+    def _save_open_tabs(self) -> None:
+        self._store.set_open_tabs([c.chat_id for c in self.controllers])
+
+    # ---- all tabs ---------------------------------------------------------------------------
+    def _on_backend_changed(self, backend_id: str) -> None:
+        for controller in self.controllers:
+            if controller.backend_id == backend_id:
+                controller.backend_available()
+
+    def stop_all(self, backend_id: str | None = LOCAL) -> None:
+        for controller in self.controllers:
+            if controller.streaming and (backend_id is None or controller.backend_id == backend_id):
+                controller.stop()
+
+    def set_send_key(self, send_key: str) -> None:
+        self._send_key = send_key
+        for controller in self.controllers:
+            controller.panel.input.set_send_key(send_key)
+
+    def set_settings_visible(self, visible: bool) -> None:
+        self._settings_visible = visible
+        for controller in self.controllers:
+            controller.panel.set_settings_visible(visible)
+
+    def shutdown(self) -> None:
+        """The window closes: stop every reply, keeping what was generated; remember the open tabs."""
+        self._save_open_tabs()
+        for controller in self.controllers:
+            controller.shutdown()

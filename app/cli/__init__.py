@@ -1,0 +1,1 @@
+"""The `inference-studio` command line: one module per command."""

@@ -1,0 +1,58 @@
+"""The model and engine options every command shares, and the EngineOptions they make."""
+
+from __future__ import annotations
+
+import argparse
+
+from engine.core.config import DEFAULT_KV_MEMORY, EngineConfig
+from engine.launch import EngineOptions
+from engine.load.options import DEVICES, DTYPES, QUANTIZATIONS, LoadOptions
+
+MIB = 1024**2
+
+
+def add_model_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("model")
+    group.add_argument("--model", default=None, help="embedded default, HF folder, .gguf file or hub repo id")
+    # validated by the loader rather than argparse, so a wrong value gets one clear line, not a usage dump
+    group.add_argument("--dtype", default="auto", help=f"one of {', '.join(DTYPES)}")
+    group.add_argument("--quant", default="none", help=f"bitsandbytes weight quantization: {', '.join(QUANTIZATIONS)}")
+    group.add_argument("--device", default="auto", help=f"one of {', '.join(DEVICES)}")
+
+
+def add_engine_options(parser: argparse.ArgumentParser) -> None:
+    defaults = EngineConfig()
+    kv_mib = DEFAULT_KV_MEMORY // MIB
+    group = parser.add_argument_group("engine")
+    group.add_argument(
+        "--page-size", type=int, default=defaults.page_size, help=f"tokens per KV page (default {defaults.page_size})"
+    )
+    group.add_argument("--kv-pages", type=int, default=None, help="number of KV pages (default: from --kv-memory)")
+    group.add_argument("--kv-memory", type=float, default=kv_mib, help=f"KV cache budget in MiB (default {kv_mib})")
+    group.add_argument(
+        "--max-running", type=int, default=defaults.max_running, help="most sequences decoded in one step"
+    )
+    group.add_argument(
+        "--max-step-tokens", type=int, default=None, help="token budget of one step (default: 256 on CPU, 2048 on GPU)"
+    )
+    group.add_argument("--no-prefix-cache", action="store_true", help="turn prefix caching off")
+
+
+def load_options_from(args: argparse.Namespace) -> LoadOptions:
+    return LoadOptions(dtype=args.dtype, quantization=args.quant, device=args.device)
+
+
+def engine_config_from(args: argparse.Namespace) -> EngineConfig:
+    return EngineConfig(
+        page_size=args.page_size,
+        kv_pages=args.kv_pages,
+        kv_memory_bytes=int(args.kv_memory * MIB),
+        max_running=args.max_running,
+        max_step_tokens=args.max_step_tokens,
+        prefix_caching=not args.no_prefix_cache,
+    )
+
+
+def engine_options_from(args: argparse.Namespace) -> EngineOptions:
+    """Every command with model and engine options starts its engine from these."""
+    return EngineOptions(args.model, load_options_from(args), engine_config_from(args))

@@ -1,0 +1,79 @@
+"""`inference-studio serve`: the engine behind an OpenAI-compatible HTTP API, with Prometheus metrics."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from app.cli.options import add_engine_options, add_model_options, engine_options_from
+from engine.core.engine_thread import EngineThread
+from engine.credentials import SERVICE, get_secret
+from engine.errors import ServeError
+from engine.launch import start_engine
+from engine.serve.app import create_app
+from engine.serve.http_server import HttpServer, bind_socket, is_loopback
+
+log = logging.getLogger(__name__)
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    add_model_options(parser)
+    server = parser.add_argument_group("server")
+    server.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine)")
+    server.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
+    server.add_argument(
+        "--api-key-from-keyring",
+        metavar="NAME",
+        default=None,
+        help="require 'Authorization: Bearer <key>' with the key stored in the system keyring under NAME "
+        "(store it with: keyring set inference-studio NAME)",
+    )
+    server.add_argument(
+        "--served-model-name", metavar="NAME", default=None, help="the model id clients use (default: its name)"
+    )
+    add_engine_options(parser)
+    parser.set_defaults(handler=run)
+
+
+def api_key_from_keyring(name: str) -> str:
+    key = get_secret(name)
+    if not key:
+        raise ServeError(
+            f"no API key named {name!r} in the system keyring; store one with: keyring set {SERVICE} {name}"
+        )
+    return key
+
+
+def run(args: argparse.Namespace) -> int:
+    if not 0 <= args.port <= 65535:
+        raise ServeError(f"--port must be between 0 and 65535, not {args.port}")
+    # everything that can fail quickly fails before the model loads
+    api_key = api_key_from_keyring(args.api_key_from_keyring) if args.api_key_from_keyring else None
+    options = engine_options_from(args)
+    options.check()
+    if args.served_model_name is not None and not args.served_model_name.strip():
+        raise ServeError("--served-model-name must not be empty")
+    sock = bind_socket(args.host, args.port)  # a taken port fails now, not after a minute of loading
+
+    def progress(message: str) -> None:
+        print(f"[{message}]", file=sys.stderr, flush=True)
+
+    try:
+        engine = start_engine(options, progress=progress)
+    except BaseException:
+        sock.close()
+        raise
+    model_name = args.served_model_name or engine.loaded.info.name
+    with EngineThread(engine) as worker:
+        app = create_app(worker, model_name, api_key=api_key)
+        server = HttpServer(app, args.host, args.port, access_log=args.verbose, sock=sock)
+        if not is_loopback(args.host) and api_key is None:
+            log.warning("listening on %s without an API key: anyone who can reach it can use the model", args.host)
+
+        def ready(url: str) -> None:
+            key_note = "API key required" if api_key else "no API key"
+            print(f"inference-studio: serving {model_name!r} at {url}/v1 ({key_note}; Ctrl+C stops)", flush=True)
+
+        server.run(on_ready=ready)
+    return 0

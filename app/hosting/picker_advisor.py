@@ -1,0 +1,59 @@
+"""EngineAdvisor: answers the model picker's questions (supported options, estimates, free memory) from the engine."""
+
+from __future__ import annotations
+
+from engine.credentials import hub_token
+from engine.errors import UnsupportedOptionError
+from engine.load import options
+from engine.load.estimate import MemoryEstimate
+from engine.load.loader import estimate_for_spec
+from engine.load.memory import free_memory_bytes
+from widgets.model.choice import ModelChoice
+
+
+class EngineAdvisor:
+    dtypes = options.DTYPES
+    quantizations = options.QUANTIZATIONS
+    devices = options.DEVICES
+
+    def _device(self, device: str) -> str | None:
+        try:
+            return options.resolve_device(device)
+        except UnsupportedOptionError:
+            return None
+
+    def device_problem(self, device: str) -> str | None:
+        try:
+            options.resolve_device(device)
+        except UnsupportedOptionError as exc:
+            return str(exc)
+        return None
+
+    def dtype_problem(self, dtype: str, device: str) -> str | None:
+        resolved = self._device(device)
+        if resolved is None or dtype == "auto":
+            return None
+        return options.dtype_problem(dtype, resolved)
+
+    def quantization_problem(self, quantization: str, device: str, dtype: str) -> str | None:
+        resolved = self._device(device)
+        if resolved is None:
+            return None
+        problem = options.quantization_problem(quantization, resolved)
+        if problem is None and quantization != "none" and self.dtype_problem(dtype, device) is None:
+            try:  # the loader also refuses some combinations with the dtype
+                options.resolve_options(options.LoadOptions(dtype=dtype, quantization=quantization, device=device))
+            except UnsupportedOptionError as exc:
+                problem = str(exc)
+        return problem
+
+    def estimate(self, choice: ModelChoice) -> MemoryEstimate:
+        load_options = options.LoadOptions(dtype=choice.dtype, quantization=choice.quantization, device=choice.device)
+        return estimate_for_spec(choice.spec, load_options)
+
+    def free_memory(self, device: str) -> tuple[int, str]:
+        resolved = self._device(device) or "cpu"
+        return free_memory_bytes(resolved), ("free GPU memory" if resolved == "cuda" else "free RAM")
+
+    def hub_token_stored(self) -> bool:
+        return bool(hub_token())

@@ -1,0 +1,1 @@
+"""The studio's main window: actions, theme, settings, dashboard dock, status."""

@@ -1,0 +1,105 @@
+"""The main window's actions, menus and toolbar, with their shortcuts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import QToolBar
+
+if TYPE_CHECKING:
+    from app.window.main_window import MainWindow
+
+
+@dataclass
+class WindowActions:
+    new_chat: QAction
+    close_chat: QAction
+    history: QAction
+    import_chat: QAction
+    export_markdown: QAction
+    export_json: QAction
+    settings: QAction
+    quit: QAction
+    stop: QAction
+    regenerate: QAction
+    rename: QAction
+    next_chat: QAction
+    previous_chat: QAction
+    choose_model: QAction
+    settings_panel: QAction
+    dashboard: QAction
+
+
+def _action(window: MainWindow, text: str, slot, shortcut=None, tip: str = "") -> QAction:
+    action = QAction(text, window)
+    if shortcut is not None:
+        action.setShortcut(QKeySequence(shortcut))
+        # window-wide: the shortcut works wherever the focus is (the message box, the transcript, a tab)
+        action.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
+    if tip:
+        action.setToolTip(tip)
+        action.setStatusTip(tip)
+    action.triggered.connect(lambda _checked=False: slot())
+    window.addAction(action)
+    return action
+
+
+def build_actions(window: MainWindow) -> WindowActions:
+    tabs = window.tabs
+    actions = WindowActions(
+        new_chat=_action(window, "&New chat", lambda: tabs.new_chat(), "Ctrl+T", "Open a new chat tab"),
+        close_chat=_action(window, "&Close chat", window.close_current_tab, "Ctrl+W", "Close this chat tab"),
+        history=_action(window, "Chat &history…", window.open_history, "Ctrl+H", "Reopen, search or delete chats"),
+        import_chat=_action(
+            window, "&Import chat…", window.import_chat_dialog, "Ctrl+I", "Open a chat exported as JSON"
+        ),
+        export_markdown=_action(window, "Export as &Markdown…", lambda: window.export_chat_dialog("md"), "Ctrl+E"),
+        export_json=_action(window, "Export as &JSON…", lambda: window.export_chat_dialog("json"), "Ctrl+Shift+E"),
+        settings=_action(
+            window, "&Settings…", window.open_settings, "Ctrl+,", "Theme, fonts, default model, hub token"
+        ),
+        quit=_action(window, "&Quit", window.close, "Ctrl+Q"),
+        stop=_action(window, "&Stop reply", window.stop_current, "Esc", "Stop the reply, keeping what was written"),
+        regenerate=_action(
+            window, "&Regenerate reply", window.regenerate_current, "Ctrl+R", "Write the last reply again"
+        ),
+        rename=_action(window, "Re&name chat…", window.rename_current_dialog, "F2"),
+        next_chat=_action(window, "Ne&xt chat", lambda: tabs.step(1), "Ctrl+Tab"),
+        previous_chat=_action(window, "&Previous chat", lambda: tabs.step(-1), "Ctrl+Shift+Tab"),
+        choose_model=_action(
+            window, "&Choose model…", window.open_model_picker, "Ctrl+Shift+M", "Load another model or quantization"
+        ),
+        settings_panel=_action(window, "Chat settings &panel", window.toggle_settings_panel, "Ctrl+Shift+P"),
+        dashboard=window.dashboard_dock.toggleViewAction(),
+    )
+    actions.settings_panel.setCheckable(True)
+    actions.settings_panel.setChecked(window.settings.settings_panel_visible)
+    actions.dashboard.setText("&Dashboard")
+    actions.dashboard.setShortcut(QKeySequence("Ctrl+Shift+D"))
+
+    menus = window.menuBar()
+    file_menu = menus.addMenu("&File")
+    for action in (actions.new_chat, actions.history, None, actions.import_chat, actions.export_markdown,
+                   actions.export_json, None, actions.settings, None, actions.close_chat, actions.quit):  # fmt: skip
+        file_menu.addSeparator() if action is None else file_menu.addAction(action)
+    chat_menu = menus.addMenu("&Chat")
+    for action in (actions.stop, actions.regenerate, actions.rename, None, actions.next_chat, actions.previous_chat):
+        chat_menu.addSeparator() if action is None else chat_menu.addAction(action)
+    menus.addMenu("&Model").addAction(actions.choose_model)
+    view_menu = menus.addMenu("&View")
+    view_menu.addAction(actions.settings_panel)
+    view_menu.addAction(actions.dashboard)
+
+    toolbar = QToolBar("Main")
+    toolbar.setObjectName("mainToolbar")
+    toolbar.setMovable(False)
+    toolbar.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextOnly)
+    for action in (actions.new_chat, actions.choose_model, None, actions.stop, actions.regenerate, None,
+                   actions.history, actions.settings):  # fmt: skip
+        toolbar.addSeparator() if action is None else toolbar.addAction(action)
+    window.addToolBar(toolbar)
+    window.toolbar = toolbar
+    return actions

@@ -1,0 +1,61 @@
+"""EngineConfig: page size, KV pool size, batching limits and prefix caching."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.errors import UnsupportedOptionError
+
+DEFAULT_KV_MEMORY = 512 * 1024**2
+
+
+# A CPU prefills a few hundred tokens a second: 256 tokens make a step of about half a second on two cores, so a
+# long prompt arriving costs the chats already streaming at most that much (512 doubled the stall and, with many
+# requests arriving at once, made them all wait for the same long steps). A GPU prefills thousands a second.
+CPU_STEP_TOKENS = 256
+GPU_STEP_TOKENS = 2048
+
+
+def step_tokens_for(device: str) -> int:
+    """The default token budget of one step on this device ("cpu", "cuda", "cuda:1", "mps")."""
+    return CPU_STEP_TOKENS if str(device).startswith("cpu") else GPU_STEP_TOKENS
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    page_size: int = 16
+    #: explicit number of KV pages; when None the pool is sized by kv_memory_bytes
+    kv_pages: int | None = None
+    kv_memory_bytes: int = DEFAULT_KV_MEMORY
+    max_running: int = 64
+    #: prefill + decode tokens computed in one step (chunked prefill keeps long prompts from stalling decodes);
+    #: None picks one for the device (see step_tokens_for)
+    max_step_tokens: int | None = None
+    prefix_caching: bool = True
+    #: fused projections, fused RMSNorm and (CPU float32) prepacked weights; see engine/model/kernels.py and patches.py
+    optimize: bool = True
+    #: steps kept in the metrics ring buffer
+    metrics_capacity: int = 8192
+
+    def validate(self) -> None:
+        if self.page_size < 1 or self.page_size > 4096:
+            raise UnsupportedOptionError(f"page size must be between 1 and 4096 tokens, not {self.page_size}")
+        if self.kv_pages is not None and self.kv_pages < 2:
+            raise UnsupportedOptionError(f"the KV pool needs at least 2 pages, not {self.kv_pages}")
+        if self.kv_pages is None and self.kv_memory_bytes <= 0:
+            raise UnsupportedOptionError("the KV memory budget must be positive")
+        if self.max_running < 1:
+            raise UnsupportedOptionError(f"max running sequences must be at least 1, not {self.max_running}")
+        if self.max_step_tokens is not None and self.max_step_tokens < 1:
+            raise UnsupportedOptionError(f"tokens per step must be at least 1, not {self.max_step_tokens}")
+
+    def pages_for(self, kv_bytes_per_token: int) -> int:
+        if self.kv_pages is not None:
+            return self.kv_pages
+        pages = self.kv_memory_bytes // (kv_bytes_per_token * self.page_size)
+        if pages < 2:
+            raise UnsupportedOptionError(
+                f"a KV budget of {self.kv_memory_bytes} bytes holds fewer than 2 pages of "
+                f"{self.page_size} tokens for this model; raise it"
+            )
+        return int(pages)

@@ -1,0 +1,250 @@
+"""Engine: add_request, abort, step() -> token events; a step is schedule, run (forward + sample), postprocess."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+import torch
+
+from engine.core.config import EngineConfig, step_tokens_for
+from engine.core.metrics import MetricsRecorder, PageMap, StepRecord
+from engine.core.outputs import OutputProcessor
+from engine.core.page_pool import PagePool
+from engine.core.prompts import encode_prompt, eos_token_ids
+from engine.core.request import Request
+from engine.core.scheduler import Scheduler, SchedulerOutput
+from engine.errors import InvalidRequestError, PromptTooLongError
+from engine.load.loader import LoadedModel
+from engine.model.attention import PagedKVCache
+from engine.model.geometry import attention_geometry
+from engine.model.runner import ModelRunner
+from engine.model.sampler import Sampler
+from engine.types import FinishReason, SamplingParams, TokenEvent, new_request_id
+
+log = logging.getLogger(__name__)
+
+PAGE_MAP_INTERVAL_S = 0.1  # the dashboard reads at about 10 Hz
+
+
+@dataclass
+class StepRun:
+    """What the model did in one step: the requests that sampled, their tokens, or why it failed."""
+
+    sampled: list[Request]
+    tokens: list[int]
+    forward_s: float = 0.0
+    error: str | None = None
+
+
+class Engine:
+    def __init__(self, loaded: LoadedModel, config: EngineConfig | None = None) -> None:
+        config = config or EngineConfig()
+        if config.max_step_tokens is None:
+            config = replace(config, max_step_tokens=step_tokens_for(str(loaded.options.device)))
+        config.validate()
+        self.config = config
+        self.loaded = loaded
+        self.model = loaded.model
+        self.tokenizer = loaded.tokenizer
+
+        geometry = attention_geometry(self.model.config)
+        kv_dtype = loaded.options.dtype
+        self.kv_bytes_per_token = geometry.kv_bytes_per_token(torch.empty((), dtype=kv_dtype).element_size())
+        num_pages = config.pages_for(self.kv_bytes_per_token)
+        ps = config.page_size
+        self.pool = PagePool(num_pages, ps, config.prefix_caching)
+        self.cache = PagedKVCache(
+            geometry.num_layers, geometry.num_kv_heads, geometry.head_dim, num_pages, ps, kv_dtype,
+            loaded.options.device,
+        )  # fmt: skip
+        self.runner = ModelRunner(self.model, self.cache, optimize=config.optimize)
+        self.kernels = self.runner.kernels
+        self.scheduler = Scheduler(config, self.pool)
+        self.sampler = Sampler()
+        self.metrics = MetricsRecorder(config.metrics_capacity)
+        self.vocab_size = self.model.get_output_embeddings().weight.shape[0]
+        text_config = self.model.config.get_text_config()
+        self.context_length = getattr(text_config, "max_position_embeddings", None) or num_pages * ps
+        eos_ids = eos_token_ids(self.tokenizer, self.model)
+        self.outputs = OutputProcessor(self.tokenizer, eos_ids, self.context_length, self.scheduler, self.metrics)
+        self.requests: dict[str, Request] = {}
+        self.step_count = 0
+        self._last_page_map = 0.0
+        #: tests set this to make a step fail; called with the scheduled work before the forward pass
+        self.fault_injector: Callable[[SchedulerOutput], None] | None = None
+
+    @property
+    def eos_ids(self) -> set[int]:
+        """Tokens that end a reply (unless a request ignores EOS)."""
+        return self.outputs.eos_ids
+
+    @eos_ids.setter
+    def eos_ids(self, ids: set[int]) -> None:
+        self.outputs.eos_ids = ids
+
+    # ---- requests ---------------------------------------------------------------------------
+    @property
+    def pool_tokens(self) -> int:
+        return self.pool.num_pages * self.pool.page_size
+
+    def encode(self, prompt: str | None = None, messages: Sequence[dict] | None = None, raw: bool = False) -> list[int]:
+        return encode_prompt(self.tokenizer, prompt=prompt, messages=messages, raw=raw)
+
+    def check_request(self, prompt_ids: Sequence[int], params: SamplingParams) -> None:
+        """Refuse what can never run, with a message for the user. Safe to call from any thread."""
+        params.validate()
+        if not prompt_ids:
+            raise InvalidRequestError("the prompt is empty")
+        if any(not 0 <= t < self.vocab_size for t in prompt_ids):
+            raise InvalidRequestError(f"prompt token ids must be in [0, {self.vocab_size})")
+        if len(prompt_ids) >= self.context_length:
+            raise PromptTooLongError(
+                f"the prompt has {len(prompt_ids)} tokens but the model's context is {self.context_length}; shorten it"
+            )
+        if len(prompt_ids) + 1 > self.pool_tokens:
+            raise PromptTooLongError(
+                f"the prompt has {len(prompt_ids)} tokens but the KV cache holds only {self.pool_tokens}; "
+                "shorten it or give the KV cache more memory"
+            )
+
+    def add_request(
+        self,
+        prompt_ids: Sequence[int],
+        params: SamplingParams | None = None,
+        request_id: str | None = None,
+        tag: str = "",
+        arrival_time: float | None = None,
+    ) -> Request:
+        params = params or SamplingParams()
+        self.check_request(prompt_ids, params)
+        request = Request(request_id or new_request_id(), list(prompt_ids), params, tag=tag)
+        if arrival_time is not None:
+            request.arrival_time = arrival_time
+        if request.request_id in self.requests:
+            raise InvalidRequestError(f"request id {request.request_id!r} is already in use")
+        self.requests[request.request_id] = request
+        self.outputs.add(request)
+        self.scheduler.add(request)
+        return request
+
+    def abort(self, request_id: str) -> TokenEvent | None:
+        """Cancel a request; its pages return to the pool at once. Unknown or finished ids are ignored."""
+        request = self.requests.get(request_id)
+        if request is None or request.is_finished:
+            return None
+        event = self.finish(request, FinishReason.ABORT, time.monotonic())
+        self._publish_page_map(force=True)
+        return event
+
+    def finish(self, request: Request, reason: FinishReason, now: float, error: str | None = None) -> TokenEvent:
+        """End a request for a reason of the caller's (cancelled, failed): pages freed, final event returned."""
+        self.requests.pop(request.request_id, None)
+        return self.outputs.finish(request, reason, now, error=error)
+
+    def fail_all(self, message: str) -> list[TokenEvent]:
+        """End every request with an error (the engine cannot go on with them)."""
+        now = time.monotonic()
+        return [
+            self.finish(request, FinishReason.ERROR, now, error=message) for request in list(self.requests.values())
+        ]
+
+    @property
+    def has_unfinished(self) -> bool:
+        return self.scheduler.num_unfinished > 0
+
+    # ---- the step ---------------------------------------------------------------------------
+    def step(self) -> list[TokenEvent]:
+        started = time.monotonic()
+        scheduled = self.scheduler.schedule()
+        events = [self.finish(r, FinishReason.LENGTH, started) for r in scheduled.out_of_pages]
+        if not scheduled.chunks:
+            return events
+        for request in scheduled.admitted:
+            request.first_scheduled_time = request.first_scheduled_time or started
+        run = self._run(scheduled)
+        events += self._postprocess(scheduled, run)
+        self._record_step(scheduled, started, run.forward_s, events)
+        return events
+
+    def _run(self, scheduled: SchedulerOutput) -> StepRun:
+        """The forward pass over the scheduled chunks, then sampling. A failure fails this step's requests only."""
+        try:
+            if self.fault_injector is not None:
+                self.fault_injector(scheduled)
+            result = self.runner.execute(scheduled.chunks)
+            for chunk in scheduled.chunks:
+                self.scheduler.commit(chunk)
+            sampled = [c.request for c in result.sampling_chunks]
+            tokens = self.sampler.sample(result.logits, sampled) if sampled else []
+            return StepRun(sampled, tokens, result.forward_s)
+        except Exception as exc:
+            log.exception("engine step %d failed", self.step_count)
+            return StepRun([], [], error=f"the engine failed while running this request: {type(exc).__name__}: {exc}")
+
+    def _postprocess(self, scheduled: SchedulerOutput, run: StepRun) -> list[TokenEvent]:
+        now = time.monotonic()
+        if run.error is not None:
+            failed = [c.request for c in scheduled.chunks if not c.request.is_finished]
+            return [self.finish(request, FinishReason.ERROR, now, error=run.error) for request in failed]
+        events = self.outputs.process(run.sampled, run.tokens, now)
+        for event in events:
+            if event.finished:
+                self.requests.pop(event.request_id, None)
+        return events
+
+    # ---- metrics ----------------------------------------------------------------------------
+    def _record_step(self, out: SchedulerOutput, started: float, forward_s: float, events: list[TokenEvent]) -> None:
+        self.step_count += 1
+        self._publish_page_map(force=bool(out.admitted or out.preempted or any(e.finished for e in events)))
+        pool = self.pool
+        # shared pages are full prefix pages: every reference beyond the first counts them twice
+        used_slots = sum(r.num_computed for r in self.scheduler.running) - pool.extra_refs * pool.page_size
+        cached_free = pool.num_cached_free
+        self.metrics.record_step(
+            StepRecord(
+                step=self.step_count,
+                start=started,
+                duration_s=time.monotonic() - started,
+                forward_s=forward_s,
+                prefill_tokens=out.prefill_tokens,
+                decode_tokens=out.decode_tokens,
+                batch_size=len(out.chunks),
+                running=len(self.scheduler.running),
+                waiting=len(self.scheduler.waiting),
+                pages_used=pool.num_used,
+                pages_cached_free=cached_free,
+                pages_free=pool.num_free - cached_free,
+                pages_total=pool.num_pages,
+                kv_slots_used=used_slots,
+                preemptions=len(out.preempted),
+                prefix_query_tokens=out.prefix_query_tokens,
+                prefix_hit_tokens=out.prefix_hit_tokens,
+                admitted=tuple(r.request_id for r in out.admitted),
+                finished=tuple(e.request_id for e in events if e.finished),
+                preempted=tuple(r.request_id for r in out.preempted),
+            )
+        )
+
+    def page_map(self) -> PageMap:
+        """Owners, fill and cache state of every page (engine thread only; cheap: views are built lazily)."""
+        pool = self.pool
+        running = self.scheduler.running
+        tables = tuple((r.request_id, tuple(r.page_table), r.num_computed) for r in running)
+        cached = frozenset(page for page in pool.cached.values())
+        return PageMap(pool.page_size, pool.num_pages, tables, cached, {r.request_id: r.tag for r in running})
+
+    def _publish_page_map(self, force: bool = False) -> PageMap | None:
+        now = time.monotonic()
+        if not force and now - self._last_page_map < PAGE_MAP_INTERVAL_S:
+            return None
+        self._last_page_map = now
+        page_map = self.page_map()
+        self.metrics.publish_page_map(page_map)
+        return page_map
+
+    def kv_pages_needed(self, tokens: int) -> int:
+        return math.ceil(tokens / self.pool.page_size)

@@ -1,0 +1,86 @@
+"""Sampled tokens into TokenEvents: incremental text, stop checks, finished requests and their token timings."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict
+
+from engine.core.detokenizer import IncrementalDetokenizer
+from engine.core.metrics import MetricsRecorder, TokenRecord
+from engine.core.request import Request
+from engine.core.scheduler import Scheduler
+from engine.types import FinishReason, TokenEvent
+
+
+class OutputProcessor:
+    """Owns each live request's detokenizer; finishing a request (for any reason) goes through finish()."""
+
+    def __init__(
+        self, tokenizer, eos_ids: set[int], context_length: int, scheduler: Scheduler, metrics: MetricsRecorder
+    ) -> None:
+        self.tokenizer = tokenizer
+        self.eos_ids = eos_ids
+        self.context_length = context_length
+        self.scheduler = scheduler
+        self.metrics = metrics
+        self.detokenizers: dict[str, IncrementalDetokenizer] = {}
+
+    def add(self, request: Request) -> None:
+        self.detokenizers[request.request_id] = IncrementalDetokenizer(
+            self.tokenizer, request.prompt_ids, request.params.stop
+        )
+
+    def process(self, requests: Sequence[Request], tokens: Sequence[int], now: float) -> list[TokenEvent]:
+        """One new token for each request (they sampled this step), in order."""
+        events: list[TokenEvent] = []
+        records: list[TokenRecord] = []
+        for request, token in zip(requests, tokens, strict=True):
+            previous = request.token_times[-1] if request.token_times else request.arrival_time
+            request.output_ids.append(token)
+            request.token_times.append(now)
+            records.append(
+                TokenRecord(request.request_id, request.tag, now, len(request.output_ids) - 1, now - previous)
+            )
+            detok = self.detokenizers[request.request_id]
+            text = detok.add(token)
+            reason = self._stop_reason(request, token, detok)
+            if reason is None:
+                events.append(TokenEvent(request.request_id, request.tag, [token], text, now))
+            else:
+                events.append(self.finish(request, reason, now, token_ids=[token], text=text))
+        self.metrics.record_tokens(records)
+        return events
+
+    def _stop_reason(self, request: Request, token: int, detok: IncrementalDetokenizer) -> FinishReason | None:
+        params = request.params
+        if token in params.stop_token_ids or (token in self.eos_ids and not params.ignore_eos):
+            return FinishReason.STOP
+        if detok.stopped:
+            return FinishReason.STOP
+        if len(request.output_ids) >= params.max_tokens or request.num_tokens >= self.context_length:
+            return FinishReason.LENGTH
+        return None
+
+    def finish(
+        self,
+        request: Request,
+        reason: FinishReason,
+        now: float,
+        *,
+        token_ids: list[int] | None = None,
+        text: str = "",
+        error: str | None = None,
+    ) -> TokenEvent:
+        """End the request: its pages go back at once, the text held back is flushed, its stats recorded."""
+        self.scheduler.finish(request, reason)
+        request.finish_time = now
+        request.error = error
+        detok = self.detokenizers.pop(request.request_id, None)
+        if detok is not None and reason is not FinishReason.ERROR:
+            text += detok.flush()
+        stats = request.stats()
+        self.metrics.record_finished({"request_id": request.request_id, "tag": request.tag, **asdict(stats)})
+        return TokenEvent(
+            request.request_id, request.tag, token_ids or [], text, now,
+            finished=True, finish_reason=reason, stats=stats, error=error,
+        )  # fmt: skip

@@ -1,0 +1,178 @@
+"""Continuous batching: each step decodes every running request, then prefills waiting ones in chunks."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+from engine.core.config import CPU_STEP_TOKENS, EngineConfig
+from engine.core.page_pool import PagePool
+from engine.core.request import Request, RequestStatus
+from engine.types import FinishReason
+
+
+@dataclass
+class ScheduledChunk:
+    request: Request
+    num_tokens: int  # tokens whose K/V this step computes
+    start: int  # position of the first of them
+    samples: bool  # the chunk reaches the last known token, so this step samples the next one
+
+    @property
+    def is_decode(self) -> bool:
+        """A decode row: one query token. Decode rows share one batched attention call over their pages; every
+        other chunk (a prompt, a recompute after preemption) is prefill."""
+        return self.num_tokens == 1
+
+
+@dataclass
+class SchedulerOutput:
+    chunks: list[ScheduledChunk] = field(default_factory=list)
+    admitted: list[Request] = field(default_factory=list)
+    preempted: list[Request] = field(default_factory=list)
+    #: requests that cannot grow because they alone fill the pool: the engine ends them
+    out_of_pages: list[Request] = field(default_factory=list)
+    prefix_query_tokens: int = 0
+    prefix_hit_tokens: int = 0
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(c.num_tokens for c in self.chunks)
+
+    @property
+    def decode_tokens(self) -> int:
+        return sum(1 for c in self.chunks if c.is_decode)
+
+    @property
+    def prefill_tokens(self) -> int:
+        return sum(c.num_tokens for c in self.chunks if not c.is_decode)
+
+
+class Scheduler:
+    def __init__(self, config: EngineConfig, pool: PagePool) -> None:
+        self.config = config
+        self.pool = pool
+        self.page_size = pool.page_size
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        # keep a few pages back when admitting, so running requests can grow without preempting at once
+        self.watermark = max(1, pool.num_pages // 100)
+
+    # ---- queue management -------------------------------------------------------------------
+    def add(self, request: Request) -> None:
+        request.status = RequestStatus.WAITING
+        self.waiting.append(request)
+
+    @property
+    def num_unfinished(self) -> int:
+        return len(self.waiting) + len(self.running)
+
+    def finish(self, request: Request, reason: FinishReason) -> None:
+        """Take the request out of the queues and give its pages back at once."""
+        if request.status is RequestStatus.RUNNING:
+            self.running.remove(request)
+        elif request.status is RequestStatus.WAITING:
+            with contextlib.suppress(ValueError):
+                self.waiting.remove(request)
+        self._free_pages(request)
+        request.status = RequestStatus.FINISHED
+        request.finish_reason = reason
+
+    def _free_pages(self, request: Request) -> None:
+        self.pool.release_request(request.request_id, request.page_table)
+        request.page_table = []
+        request.num_computed = 0
+
+    def _preempt(self, request: Request) -> None:
+        """Recompute preemption: drop all of its K/V and requeue it at the front."""
+        self.running.remove(request)
+        self._free_pages(request)
+        request.status = RequestStatus.WAITING
+        request.preemptions += 1
+        self.waiting.appendleft(request)
+
+    # ---- the step ---------------------------------------------------------------------------
+    def schedule(self) -> SchedulerOutput:
+        out = SchedulerOutput()
+        # an engine always resolves the budget for its device; a bare scheduler (tests) takes the CPU one
+        budget = self.config.max_step_tokens or CPU_STEP_TOKENS
+        # Decodes first: one token each, so a long prefill never stalls the streams already running.
+        decoding = [r for r in self.running if r.decoding]
+        prefilling = [r for r in self.running if not r.decoding]
+        for request in decoding + prefilling:
+            if budget <= 0:
+                break
+            if request.status is not RequestStatus.RUNNING:
+                continue  # preempted earlier in this loop
+            n = min(request.remaining_to_compute, budget)
+            if not self._grow(request, request.num_computed + n, out):
+                continue
+            out.chunks.append(self._chunk(request, n))
+            budget -= n
+
+        while self.waiting and budget > 0 and len(self.running) < self.config.max_running:
+            chunk = self._admit(self.waiting[0], budget, out)
+            if chunk is None:
+                break
+            self.waiting.popleft()
+            out.chunks.append(chunk)
+            budget -= chunk.num_tokens
+        return out
+
+    @staticmethod
+    def _chunk(request: Request, n: int) -> ScheduledChunk:
+        start = request.num_computed
+        return ScheduledChunk(request, n, start, samples=start + n == request.num_tokens)
+
+    def _grow(self, request: Request, tokens: int, out: SchedulerOutput) -> bool:
+        """Give the request pages for `tokens` tokens, preempting the newest running requests if needed."""
+        needed = math.ceil(tokens / self.page_size) - len(request.page_table)
+        while needed > self.pool.num_free:
+            victim = self.running[-1]
+            if victim is request and len(self.running) == 1:
+                out.out_of_pages.append(request)
+                return False
+            self._preempt(victim)
+            out.preempted.append(victim)
+            if victim is request:
+                return False
+        if needed > 0:
+            request.page_table.extend(self.pool.allocate(needed))
+        return True
+
+    def _admit(self, request: Request, budget: int, out: SchedulerOutput) -> ScheduledChunk | None:
+        ps = self.page_size
+        tokens = request.all_ids
+        hit = self.pool.match_prefix(tokens)
+        hit_tokens = hit.num_pages * ps
+        reserve = self.watermark if self.running else 0
+        available = self.pool.num_free - self.pool.num_free_among(hit.pages) - reserve
+        n = min(len(tokens) - hit_tokens, budget)
+        new_pages = math.ceil((hit_tokens + n) / ps) - hit.num_pages
+        if new_pages > available:
+            n = available * ps  # a shorter first chunk; the rest follows in later steps
+            new_pages = available
+            if n <= 0:
+                return None
+        request.page_table = self.pool.admit(request.request_id, hit, new_pages)
+        request.num_computed = hit_tokens
+        request.status = RequestStatus.RUNNING
+        self.running.append(request)
+        out.admitted.append(request)
+        if not request.admitted_once:
+            request.admitted_once = True
+            request.cached_prompt_tokens = min(hit_tokens, len(request.prompt_ids))
+            out.prefix_query_tokens += len(request.prompt_ids)
+            out.prefix_hit_tokens += request.cached_prompt_tokens
+        return self._chunk(request, n)
+
+    # ---- after the forward pass -------------------------------------------------------------
+    def commit(self, chunk: ScheduledChunk) -> None:
+        """The chunk's K/V are written: advance the request and publish its newly full pages."""
+        request = chunk.request
+        request.num_computed += chunk.num_tokens
+        full_pages = request.num_computed // self.page_size
+        if self.pool.enable_caching and full_pages > self.pool.num_published(request.request_id):
+            self.pool.publish(request.request_id, request.all_ids, request.page_table, request.num_computed)

@@ -1,0 +1,1 @@
+"""The one-click experiments behind the studio's Experiments menu."""

@@ -1,0 +1,36 @@
+"""One way to start an engine: the options every command and the window share, checked, loaded, built."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from engine.core.config import EngineConfig
+from engine.core.engine import Engine
+from engine.load.loader import LoadedModel, Progress, load_model
+from engine.load.options import LoadOptions, ResolvedOptions, resolve_options
+
+Loader = Callable[..., LoadedModel]
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """What to run and how: the model spec (None: the embedded default), load options, engine settings."""
+
+    model: str | None = None
+    load: LoadOptions = field(default_factory=LoadOptions)
+    config: EngineConfig = field(default_factory=EngineConfig)
+
+    def check(self) -> ResolvedOptions:
+        """Refuse impossible settings at once, before anything loads (raises StudioError subclasses)."""
+        self.config.validate()
+        return resolve_options(self.load)
+
+
+def start_engine(options: EngineOptions, progress: Progress | None = None, loader: Loader = load_model) -> Engine:
+    """Check the options, load the model (converting or downloading as needed) and build its engine."""
+    options.check()
+    loaded = loader(options.model, options.load, progress=progress)
+    if progress is not None:
+        progress("allocating the KV cache")
+    return Engine(loaded, options.config)

@@ -1,0 +1,97 @@
+"""The packed batch of one step: every scheduled token in one row, with positions, slots and attention metadata."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from engine.core.scheduler import ScheduledChunk
+from engine.model.attention import PagedKVCache, PrefillSlice, StepContext
+
+
+@dataclass
+class PackedBatch:
+    input_ids: torch.Tensor  # [N]
+    positions: torch.Tensor  # [N]
+    keep: torch.Tensor  # rows whose logits are sampled, one per sampling chunk
+    context: StepContext
+    sampling_chunks: list[ScheduledChunk]
+
+
+def _flat_tokens(ordered: list[ScheduledChunk], page_size: int) -> tuple[list[int], list[int], list[int]]:
+    """Token ids, positions and cache slots of every scheduled token, chunk after chunk."""
+    input_ids: list[int] = []
+    positions: list[int] = []
+    slots: list[int] = []
+    for chunk in ordered:
+        tokens = chunk.request.all_ids
+        table = chunk.request.page_table
+        for pos in range(chunk.start, chunk.start + chunk.num_tokens):
+            input_ids.append(tokens[pos])
+            positions.append(pos)
+            slots.append(table[pos // page_size] * page_size + pos % page_size)
+    return input_ids, positions, slots
+
+
+def _decode_pages(decodes: list[ScheduledChunk], page_size: int, device) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Every decode row's pages, padded to the longest (padding repeats a page and is masked out), and lengths."""
+    lens = [c.start + 1 for c in decodes]
+    max_pages = math.ceil(max(lens) / page_size)
+    flat: list[int] = []
+    for chunk, length in zip(decodes, lens, strict=True):
+        pages = chunk.request.page_table[: math.ceil(length / page_size)]
+        flat.extend(pages)
+        flat.extend([pages[0]] * (max_pages - len(pages)))
+    index = torch.tensor(flat, dtype=torch.long, device=device)
+    return index, torch.tensor(lens, dtype=torch.long, device=device), max_pages
+
+
+def _prefill_slices(prefills: list[ScheduledChunk], first_row: int, page_size: int, device) -> list[PrefillSlice]:
+    slices: list[PrefillSlice] = []
+    row = first_row
+    for chunk in prefills:
+        context = chunk.start + chunk.num_tokens
+        page_index = None
+        if chunk.start:  # earlier tokens sit in the cache: gather them
+            pages = chunk.request.page_table[: math.ceil(context / page_size)]
+            page_index = torch.tensor(pages, dtype=torch.long, device=device)
+        slices.append(PrefillSlice(row, chunk.num_tokens, context, page_index))
+        row += chunk.num_tokens
+    return slices
+
+
+def pack(chunks: list[ScheduledChunk], cache: PagedKVCache) -> PackedBatch:
+    """Decode rows go first: they share one batched attention call."""
+    ps, device = cache.page_size, cache.storage.device
+    decodes = [c for c in chunks if c.is_decode]
+    prefills = [c for c in chunks if not c.is_decode]
+    ordered = decodes + prefills
+    input_ids, positions, slots = _flat_tokens(ordered, ps)
+    decode_index = decode_lens = None
+    max_pages = 0
+    if decodes:
+        decode_index, decode_lens, max_pages = _decode_pages(decodes, ps, device)
+    keep: list[int] = []
+    row = 0
+    for chunk in ordered:
+        row += chunk.num_tokens
+        if chunk.samples:
+            keep.append(row - 1)
+    context = StepContext(
+        cache=cache,
+        slot_mapping=torch.tensor(slots, dtype=torch.long, device=device),
+        num_decode=len(decodes),
+        decode_page_index=decode_index,
+        decode_context_lens=decode_lens,
+        decode_max_pages=max_pages,
+        prefills=_prefill_slices(prefills, len(decodes), ps, device),
+    )
+    return PackedBatch(
+        input_ids=torch.tensor(input_ids, dtype=torch.long, device=device),
+        positions=torch.tensor(positions, dtype=torch.long, device=device),
+        keep=torch.tensor(keep, dtype=torch.long, device=device),
+        context=context,
+        sampling_chunks=[c for c in ordered if c.samples],
+    )

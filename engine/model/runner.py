@@ -1,0 +1,77 @@
+"""ModelRunner: runs one packed batch through the model (the lean forward or transformers' with paged attention)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+import torch
+
+from engine.core.scheduler import ScheduledChunk
+from engine.errors import UnsupportedOptionError
+from engine.model import attention, fast_forward, patches
+from engine.model.attention import PagedKVCache
+from engine.model.batch import pack
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ForwardResult:
+    logits: torch.Tensor  # [sampling chunks, vocab], float32
+    sampling_chunks: list[ScheduledChunk]
+    forward_s: float
+
+
+def prepare_model(model: torch.nn.Module) -> None:
+    """Switch the model's attention to the paged implementation, or say why this model can't use it."""
+    name = type(model).__name__
+    if not getattr(model, "_supports_attention_backend", False):
+        raise UnsupportedOptionError(
+            f"{name} does not dispatch attention through transformers' AttentionInterface, so the paged engine "
+            "cannot run it; pick a Llama, Mistral, Qwen, Gemma or Phi-3 style model"
+        )
+    text_config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    if getattr(text_config, "attn_logit_softcapping", None):
+        raise UnsupportedOptionError(f"{name} uses attention logit soft-capping, which the paged engine lacks")
+    attention.register()
+    model.set_attn_implementation(attention.ATTENTION_NAME)
+    if model.config._attn_implementation != attention.ATTENTION_NAME:
+        # frozen installs have no module source for transformers' heuristic check; set it directly
+        model.config._attn_implementation_internal = attention.ATTENTION_NAME
+
+
+class ModelRunner:
+    def __init__(self, model: torch.nn.Module, cache: PagedKVCache, optimize: bool = True) -> None:
+        """optimize: the lean forward where the architecture allows, else the transformers modules with fused,
+        reversible kernels; off: the transformers forward as it is (with paged attention)."""
+        prepare_model(model)
+        self.model = model
+        self.cache = cache
+        self.fast = fast_forward.build(model) if optimize else None
+        if self.fast is not None:
+            self.kernels = list(self.fast.kinds)
+            patches.restore(model)  # an earlier engine on this model may have patched its modules
+        elif optimize:
+            self.kernels = patches.optimize(model).kinds
+        else:
+            self.kernels = []
+            patches.restore(model)
+
+    @torch.inference_mode()
+    def execute(self, chunks: list[ScheduledChunk]) -> ForwardResult:
+        batch = pack(chunks, self.cache)
+        started = time.perf_counter()
+        if self.fast is not None:
+            logits = self.fast(batch.context, batch.input_ids, batch.positions, batch.keep).float()
+        else:
+            with attention.step_context(batch.context):
+                output = self.model(
+                    input_ids=batch.input_ids.unsqueeze(0),
+                    position_ids=batch.positions.unsqueeze(0),
+                    use_cache=False,
+                    logits_to_keep=batch.keep,
+                )
+            logits = output.logits[0].float()
+        return ForwardResult(logits, batch.sampling_chunks, forward_s=time.perf_counter() - started)

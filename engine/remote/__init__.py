@@ -1,0 +1,1 @@
+"""Clients for remote OpenAI-compatible endpoints (vLLM, TGI, Ollama); torch-free."""

@@ -1,0 +1,1 @@
+"""The OpenAI-compatible HTTP server over an engine thread, its wire format and Prometheus metrics."""

@@ -1,0 +1,214 @@
+"""ApiServer: the OpenAI-compatible API's state and generation over an EngineThread (the routes are in app.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import replace
+
+from fastapi import Request
+from fastapi.responses import StreamingResponse
+from prometheus_client import CollectorRegistry
+from starlette.background import BackgroundTask
+
+from engine.core.engine_thread import EngineThread
+from engine.errors import InvalidRequestError, PromptTooLongError
+from engine.handle import RequestHandle
+from engine.serve.event_bridge import AsyncEventBridge
+from engine.serve.openai_protocol import (
+    ApiError,
+    GenerationRequest,
+    bad_request,
+)
+from engine.serve.prometheus import EngineCollector, LiveState, live_state_of
+from engine.serve.responses import ResponseWriter, usage
+from engine.types import FinishReason, TokenEvent
+
+log = logging.getLogger(__name__)
+
+API_TAG = "api"  # the tag API requests carry in the engine (shown in the dashboard's page map)
+DISCONNECT_POLL_S = 0.5
+
+
+def _sse(obj: dict | str) -> str:
+    return f"data: {obj if isinstance(obj, str) else json.dumps(obj, ensure_ascii=False)}\n\n"
+
+
+class ApiServer:
+    """The routes' shared state: the engine thread, the name clients call the model by, the optional key."""
+
+    def __init__(self, worker: EngineThread, model_name: str, api_key: str | None = None) -> None:
+        self.worker = worker
+        self.model_name = model_name
+        self._api_key = api_key.encode() if api_key else None
+        self.context_length: int = worker.engine.context_length
+        self.created = int(time.time())
+        self.bridge: AsyncEventBridge | None = None
+        self.active: dict[str, RequestHandle] = {}  # requests being answered, by id
+        self.registry = CollectorRegistry()
+        self.registry.register(EngineCollector(worker.metrics, model_name, live=self._live_state))
+
+    def _live_state(self) -> LiveState | None:
+        if not self.worker.alive:
+            return None
+        try:
+            return self.worker.call(live_state_of).result(timeout=1.0)
+        except TimeoutError:  # a long step is running: the last step's figures will do
+            return None
+
+    # ---- checks -----------------------------------------------------------------------------
+    def check_key(self, request: Request) -> None:
+        if self._api_key is None:
+            return
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        # compare_digest: the time taken must not reveal how much of a guessed key was right
+        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), self._api_key):
+            raise ApiError(
+                401,
+                "missing or wrong API key: send the header 'Authorization: Bearer <key>'",
+                code="invalid_api_key",
+            )
+
+    def check_model(self, name: str) -> None:
+        if name != self.model_name:
+            raise ApiError(
+                404,
+                f"the model '{name}' does not exist here; this server serves '{self.model_name}' (GET /v1/models)",
+                param="model",
+                code="model_not_found",
+            )
+
+    def check_alive(self) -> None:
+        if not self.worker.alive or self.bridge is None:
+            raise ApiError(503, "the engine is not running", type="server_error")
+
+    # ---- generation -------------------------------------------------------------------------
+    async def submit(self, gen: GenerationRequest, request_id: str) -> tuple[RequestHandle, asyncio.Queue]:
+        assert self.bridge is not None
+        params = gen.params if gen.max_tokens_given else replace(gen.params, max_tokens=self.context_length)
+        queue = self.bridge.register(request_id)
+        param = "messages" if gen.kind == "chat" else "prompt"
+        try:
+            # tokenizing and the chat template are CPU work: keep them off the event loop
+            handle = await asyncio.to_thread(
+                self.worker.submit,
+                gen.prompt_ids,
+                prompt=gen.prompt,
+                messages=gen.messages,
+                raw=gen.kind == "completion",
+                params=params,
+                tag=API_TAG,
+                request_id=request_id,
+            )
+        except PromptTooLongError as exc:
+            self.bridge.unregister(request_id)
+            raise bad_request(str(exc), param, code="context_length_exceeded") from None
+        except InvalidRequestError as exc:
+            self.bridge.unregister(request_id)
+            raise bad_request(str(exc), param) from None
+        except BaseException:
+            self.bridge.unregister(request_id)
+            raise
+        self.active[request_id] = handle
+        return handle, queue
+
+    def cancel_all(self) -> None:
+        """Cancel every request being answered (the server is stopping); thread-safe."""
+        for handle in list(self.active.values()):
+            handle.cancel()
+
+    async def events(self, handle: RequestHandle, queue: asyncio.Queue) -> AsyncIterator[TokenEvent]:
+        assert self.bridge is not None
+        try:
+            async with contextlib.aclosing(self.bridge.stream(handle, queue)) as events:
+                async for event in events:
+                    yield event
+        finally:
+            self.active.pop(handle.request_id, None)
+
+    @staticmethod
+    def failure(event: TokenEvent) -> ApiError | None:
+        """Why a finished request has no proper answer: the engine failed, or the server cancelled it."""
+        if event.finish_reason is FinishReason.ERROR:
+            return ApiError(500, event.error or "the engine failed", type="server_error")
+        if event.finish_reason is FinishReason.ABORT:
+            return ApiError(503, "the request was cancelled: the server is stopping", type="server_error")
+        return None
+
+    def _usage(self, handle: RequestHandle, final: TokenEvent) -> dict:
+        stats = final.stats
+        completion = stats.output_tokens if stats else len(handle.token_ids)
+        return usage(handle.prompt_tokens, completion, stats.cached_prompt_tokens if stats else 0)
+
+    async def whole(self, request: Request, gen: GenerationRequest, writer: ResponseWriter) -> dict:
+        handle, queue = await self.submit(gen, writer.id)
+
+        async def cancel_when_client_leaves() -> None:
+            while not await request.is_disconnected():
+                await asyncio.sleep(DISCONNECT_POLL_S)
+            log.info("request %s cancelled: the client went away", handle.request_id)
+            handle.cancel()
+
+        watcher = asyncio.create_task(cancel_when_client_leaves())
+        parts: list[str] = []
+        final: TokenEvent | None = None
+        try:
+            async with contextlib.aclosing(self.events(handle, queue)) as events:
+                async for event in events:
+                    parts.append(event.text)
+                    final = event if event.finished else final
+        finally:
+            watcher.cancel()
+        assert final is not None
+        failure = self.failure(final)
+        if failure is not None:
+            raise failure
+        return writer.whole("".join(parts), final.finish_reason, self._usage(handle, final))
+
+    async def stream(self, gen: GenerationRequest, writer: ResponseWriter) -> StreamingResponse:
+        handle, queue = await self.submit(gen, writer.id)
+        headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        # The background task runs after the response, even when the client left before the first chunk and the
+        # generator never started (its own cleanup would then never run).
+        return StreamingResponse(
+            self._sse_events(gen, writer, handle, queue),
+            media_type="text/event-stream",
+            headers=headers,
+            background=BackgroundTask(self.release, handle),
+        )
+
+    def release(self, handle: RequestHandle) -> None:
+        """Forget a request whose response has ended; cancel it if it still runs (nobody is listening)."""
+        if self.bridge is not None:
+            self.bridge.unregister(handle.request_id)
+        self.active.pop(handle.request_id, None)
+        if not handle.done:
+            handle.cancel()
+
+    async def _sse_events(
+        self, gen: GenerationRequest, writer: ResponseWriter, handle: RequestHandle, queue: asyncio.Queue
+    ) -> AsyncIterator[str]:
+        with_usage = gen.include_usage
+        if gen.kind == "chat":
+            yield _sse(writer.chunk("", first=True, with_usage=with_usage))
+        # aclosing: when the client disconnects, Starlette cancels this generator, and the engine request must
+        # be cancelled with it (the bridge's stream does that in its finally)
+        async with contextlib.aclosing(self.events(handle, queue)) as events:
+            async for event in events:
+                if event.text:
+                    yield _sse(writer.chunk(event.text, with_usage=with_usage))
+                if not event.finished:
+                    continue
+                failure = self.failure(event)
+                if failure is not None:
+                    yield _sse(failure.body())
+                    break
+                yield _sse(writer.chunk(None, event.finish_reason, with_usage=with_usage))
+                if with_usage:
+                    yield _sse(writer.usage_chunk(self._usage(handle, event)))
+        yield _sse("[DONE]")

@@ -1,0 +1,116 @@
+"""The FastAPI app: routes /v1/models, /v1/chat/completions, /v1/completions, /health and /metrics over an
+ApiServer, and every error answered in OpenAI's shape."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import uuid
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from engine.core.engine_thread import EngineThread
+from engine.serve.api_server import ApiServer
+from engine.serve.event_bridge import AsyncEventBridge
+from engine.serve.openai_protocol import (
+    ApiError,
+    GenerationRequest,
+    bad_request,
+    parse_chat_request,
+    parse_completion_request,
+)
+from engine.serve.responses import ResponseWriter
+
+log = logging.getLogger(__name__)
+
+
+async def _json_body(request: Request) -> object:
+    raw = await request.body()
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError as exc:
+        where = f"line {exc.lineno} column {exc.colno}"
+        raise bad_request(f"the request body is not valid JSON ({exc.msg} at {where})") from None
+    except UnicodeDecodeError:
+        raise bad_request("the request body is not UTF-8 text") from None
+
+
+def _answer_errors_in_openai_shape(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def api_error(request: Request, exc: ApiError) -> JSONResponse:
+        return JSONResponse(exc.body(), status_code=exc.status)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+        message = f"{request.method} {request.url.path}: {exc.detail}"
+        return JSONResponse(ApiError(exc.status_code, message, type=kind).body(), status_code=exc.status_code)
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unexpected error serving %s %s", request.method, request.url.path)
+        error = ApiError(500, f"internal server error ({type(exc).__name__})", type="server_error")
+        return JSONResponse(error.body(), status_code=500)
+
+
+def create_app(worker: EngineThread, model_name: str, *, api_key: str | None = None) -> FastAPI:
+    """The FastAPI app for one engine thread. The thread must already be started; the app never stops it."""
+    server = ApiServer(worker, model_name, api_key)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        server.bridge = AsyncEventBridge(worker, asyncio.get_running_loop())
+        try:
+            yield
+        finally:
+            server.bridge.close()
+            server.bridge = None
+
+    app = FastAPI(title="Inference Studio", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
+    app.state.api_server = server
+    authorized = [Depends(server.check_key)]
+    _answer_errors_in_openai_shape(app)
+
+    @app.get("/health")
+    async def health() -> Response:
+        if not worker.alive:
+            return JSONResponse({"status": "engine stopped"}, status_code=503)
+        return JSONResponse({"status": "ok"})
+
+    @app.get("/metrics")
+    def metrics() -> Response:  # sync: reading the live state waits (briefly) for the engine thread
+        return Response(generate_latest(server.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/v1/models", dependencies=authorized)
+    async def models() -> dict:
+        card = {
+            "id": model_name,
+            "object": "model",
+            "created": server.created,
+            "owned_by": "inference-studio",
+            "max_model_len": server.context_length,
+        }
+        return {"object": "list", "data": [card]}
+
+    async def generate(request: Request, gen: GenerationRequest, id_prefix: str) -> Response:
+        server.check_model(gen.model)
+        server.check_alive()
+        writer = ResponseWriter(gen.kind, f"{id_prefix}-{uuid.uuid4().hex}", model_name)
+        if gen.stream:
+            return await server.stream(gen, writer)
+        return JSONResponse(await server.whole(request, gen, writer))
+
+    @app.post("/v1/chat/completions", dependencies=authorized)
+    async def chat_completions(request: Request) -> Response:
+        return await generate(request, parse_chat_request(await _json_body(request)), "chatcmpl")
+
+    @app.post("/v1/completions", dependencies=authorized)
+    async def completions(request: Request) -> Response:
+        return await generate(request, parse_completion_request(await _json_body(request)), "cmpl")
+
+    return app

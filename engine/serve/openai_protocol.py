@@ -1,0 +1,230 @@
+"""The OpenAI wire format's requests: bodies checked into engine inputs, and errors in OpenAI's shape."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.errors import InvalidRequestError
+from engine.types import SamplingParams, validate_messages
+
+
+class ApiError(Exception):
+    """An error answered in OpenAI's shape: {"error": {"message", "type", "param", "code"}}."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        type: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type
+        self.param = param
+        self.code = code
+
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+def bad_request(message: str, param: str | None = None, code: str | None = None) -> ApiError:
+    return ApiError(400, message, param=param, code=code)
+
+
+@dataclass
+class GenerationRequest:
+    """One checked request: what to tokenize, how to sample, how to answer."""
+
+    kind: str  # "chat" or "completion"
+    model: str
+    messages: list[dict] | None = None
+    prompt: str | None = None
+    prompt_ids: list[int] | None = None
+    params: SamplingParams = field(default_factory=SamplingParams)
+    #: False when the client gave no max tokens: the server then lets the reply run to the end of the context
+    max_tokens_given: bool = False
+    stream: bool = False
+    include_usage: bool = False
+
+
+# Fields we do not implement: refused with a clear message rather than silently ignored, when set to
+# anything but their "off" value.
+_UNSUPPORTED: dict[str, tuple[object, ...]] = {
+    "logprobs": (None, False, 0),
+    "top_logprobs": (None, 0),
+    "tools": (None, []),
+    "functions": (None, []),
+    "tool_choice": (None, "none", "auto"),
+    "logit_bias": (None, {}),
+    "presence_penalty": (None, 0, 0.0),
+    "frequency_penalty": (None, 0, 0.0),
+    "echo": (None, False),
+    "suffix": (None, ""),
+    "best_of": (None, 1),
+}
+_HINTS = {
+    "presence_penalty": "; use repetition_penalty instead",
+    "frequency_penalty": "; use repetition_penalty instead",
+}
+
+
+def _number(body: dict, name: str, *, integer: bool = False, default: Any = None) -> Any:
+    value = body.get(name, default)
+    if value is None:
+        return default
+    # bool is an int in Python, but `"max_tokens": true` is a client bug worth naming
+    ok = isinstance(value, int) if integer else isinstance(value, (int, float))
+    if isinstance(value, bool) or not ok:
+        kind = "an integer" if integer else "a number"
+        raise bad_request(f"'{name}' must be {kind}, not {value!r}", name)
+    if not integer and not math.isfinite(value):
+        raise bad_request(f"'{name}' must be a finite number", name)
+    return value
+
+
+def _check_range(name: str, value: float, low: float, high: float, *, low_open: bool = False) -> None:
+    if value < low or value > high or (low_open and value == low):
+        bracket = "(" if low_open else "["
+        raise bad_request(f"'{name}' must be in {bracket}{low:g}, {high:g}], not {value!r}", name)
+
+
+def _stop_strings(body: dict) -> tuple[str, ...]:
+    stop = body.get("stop")
+    if stop is None:
+        return ()
+    if isinstance(stop, str):
+        stop = [stop]
+    if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
+        raise bad_request("'stop' must be a string or a list of strings", "stop")
+    if any(not s for s in stop):
+        raise bad_request("'stop' strings must not be empty", "stop")
+    return tuple(stop)
+
+
+def _refuse_unsupported(body: dict) -> None:
+    for name, off_values in _UNSUPPORTED.items():
+        if name in body and body[name] not in off_values:
+            raise bad_request(f"'{name}' is not supported by this server{_HINTS.get(name, '')}", name)
+    response_format = body.get("response_format")
+    if response_format not in (None, {}) and (
+        not isinstance(response_format, dict) or response_format.get("type") != "text"
+    ):
+        raise bad_request("only the 'text' response_format is supported by this server", "response_format")
+
+
+def _streaming(body: dict) -> tuple[bool, bool]:
+    """'stream' and whether the last chunk carries the usage (stream_options.include_usage)."""
+    stream = body.get("stream", False)
+    if stream is None:
+        stream = False
+    if not isinstance(stream, bool):
+        raise bad_request("'stream' must be true or false", "stream")
+    stream_options = body.get("stream_options")
+    if stream_options is None:
+        return stream, False
+    if not stream:
+        raise bad_request("'stream_options' is only allowed when 'stream' is true", "stream_options")
+    if not isinstance(stream_options, dict):
+        raise bad_request("'stream_options' must be an object", "stream_options")
+    return stream, bool(stream_options.get("include_usage", False))
+
+
+def _max_tokens(body: dict) -> int | None:
+    max_tokens = None
+    for name in ("max_completion_tokens", "max_tokens"):
+        value = _number(body, name, integer=True)
+        if value is not None:
+            if value < 1:
+                raise bad_request(f"'{name}' must be at least 1, not {value}", name)
+            max_tokens = value if max_tokens is None else max_tokens
+    return max_tokens
+
+
+def _sampling_params(body: dict, max_tokens: int | None) -> SamplingParams:
+    temperature = _number(body, "temperature", default=1.0)
+    _check_range("temperature", temperature, 0.0, 2.0)
+    top_p = _number(body, "top_p", default=1.0)
+    _check_range("top_p", top_p, 0.0, 1.0, low_open=True)
+    # vLLM's extra sampling fields, so another studio (or a vLLM-aware client) can pass the full settings
+    top_k = _number(body, "top_k", integer=True, default=0)
+    if top_k == -1:  # vLLM's spelling of "off"
+        top_k = 0
+    ignore_eos = body.get("ignore_eos", False)
+    if not isinstance(ignore_eos, bool):
+        raise bad_request("'ignore_eos' must be true or false", "ignore_eos")
+    params = SamplingParams(
+        max_tokens=max_tokens or 1,
+        temperature=float(temperature),
+        top_p=float(top_p),
+        top_k=top_k,
+        min_p=float(_number(body, "min_p", default=0.0)),
+        repetition_penalty=float(_number(body, "repetition_penalty", default=1.0)),
+        seed=_number(body, "seed", integer=True),
+        stop=_stop_strings(body),
+        ignore_eos=ignore_eos,
+    )
+    try:
+        params.validate()
+    except InvalidRequestError as exc:
+        raise bad_request(str(exc)) from None
+    return params
+
+
+def _common(body: object, kind: str) -> GenerationRequest:
+    if not isinstance(body, dict):
+        raise bad_request("the request body must be a JSON object")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise bad_request("you must provide a model parameter (see GET /v1/models)", "model")
+    _refuse_unsupported(body)
+    n = _number(body, "n", integer=True, default=1)
+    if n != 1:
+        raise bad_request(f"'n' must be 1: this server generates one choice per request, not {n}", "n")
+    stream, include_usage = _streaming(body)
+    max_tokens = _max_tokens(body)
+    return GenerationRequest(
+        kind=kind,
+        model=model,
+        params=_sampling_params(body, max_tokens),
+        max_tokens_given=max_tokens is not None,
+        stream=stream,
+        include_usage=include_usage,
+    )
+
+
+def parse_chat_request(body: object) -> GenerationRequest:
+    request = _common(body, "chat")
+    assert isinstance(body, dict)
+    if "messages" not in body:
+        raise bad_request("'messages' is required: a list of {role, content} objects", "messages")
+    try:
+        request.messages = validate_messages(body["messages"])
+    except InvalidRequestError as exc:
+        raise bad_request(str(exc), "messages") from None
+    return request
+
+
+def parse_completion_request(body: object) -> GenerationRequest:
+    request = _common(body, "completion")
+    assert isinstance(body, dict)
+    prompt = body.get("prompt")
+    # the OpenAI API also takes a batch of prompts; one prompt per request here, like n = 1
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+        prompt = prompt[0]
+    if isinstance(prompt, str):
+        if not prompt:
+            raise bad_request("'prompt' must not be empty", "prompt")
+        request.prompt = prompt
+    elif isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+        request.prompt_ids = list(prompt)
+    elif isinstance(prompt, list) and len(prompt) > 1:
+        raise bad_request("this server takes one prompt per request; send a batch as separate requests", "prompt")
+    else:
+        raise bad_request("'prompt' is required: a string or a list of token ids", "prompt")
+    return request

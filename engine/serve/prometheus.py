@@ -1,0 +1,158 @@
+"""Prometheus exposition of the engine's MetricsRecorder under vLLM's metric names, so vLLM dashboards work."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from engine.core.metrics import MetricsRecorder, StepRecord
+from engine.types import FinishReason
+
+# vLLM's bucket boundaries, so histograms line up with a real vLLM's in the same Grafana panel.
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+                20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)  # fmt: skip
+ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+               40.0, 80.0)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class LiveState:
+    """The scheduler right now, read between steps (a StepRecord misses a cancel that came after the step)."""
+
+    running: int
+    waiting: int
+    pages_used: int
+    pages_total: int
+
+
+def live_state_of(engine) -> LiveState:
+    """Runs in the engine thread (EngineThread.call)."""
+    return LiveState(
+        len(engine.scheduler.running), len(engine.scheduler.waiting), engine.pool.num_used, engine.pool.num_pages
+    )
+
+
+class _Histogram:
+    def __init__(self, bounds: Sequence[float]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * len(bounds)  # per bucket, not cumulative
+        self.count = 0
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        self.count += 1
+        self.sum += value
+        for index, bound in enumerate(self.bounds):
+            if value <= bound:
+                self.counts[index] += 1
+                return
+
+    def family(self, name: str, doc: str, labels: list[str]) -> HistogramMetricFamily:
+        family = HistogramMetricFamily(name, doc, labels=["model_name"])
+        cumulative, buckets = 0, []
+        for bound, count in zip(self.bounds, self.counts, strict=True):
+            cumulative += count
+            buckets.append((repr(float(bound)), cumulative))
+        buckets.append(("+Inf", self.count))
+        family.add_metric(labels, buckets, self.sum)
+        return family
+
+
+class EngineCollector(Collector):
+    """Reads a MetricsRecorder at scrape time. Histograms accumulate the token records that arrived since the
+    previous scrape (the recorder's ring buffer holds 64k tokens, far more than arrive between two scrapes).
+    `live` optionally returns the scheduler's current state; without it the last step's figures are used."""
+
+    def __init__(
+        self,
+        recorder: MetricsRecorder,
+        model_name: str,
+        live: Callable[[], LiveState | None] | None = None,
+    ) -> None:
+        self.recorder = recorder
+        self.model_name = model_name
+        self.live = live
+        self._lock = threading.Lock()
+        self._step_cursor = 0
+        self._token_cursor = 0
+        self._last_step: StepRecord | None = None
+        self._ttft = _Histogram(TTFT_BUCKETS)
+        self._itl = _Histogram(ITL_BUCKETS)
+
+    def _update(self):
+        snapshot = self.recorder.snapshot(since_step=self._step_cursor, since_token=self._token_cursor)
+        if snapshot.steps:
+            self._last_step = snapshot.steps[-1]
+        self._step_cursor, self._token_cursor = snapshot.next_step, snapshot.next_token
+        for record in snapshot.tokens:
+            (self._ttft if record.index == 0 else self._itl).observe(record.latency_s)
+        return snapshot.totals
+
+    def _current(self) -> LiveState:
+        state = self.live() if self.live is not None else None
+        if state is not None:
+            return state
+        step = self._last_step
+        if step is None:
+            return LiveState(0, 0, 0, 0)
+        return LiveState(step.running, step.waiting, step.pages_used, step.pages_total)
+
+    def collect(self) -> Iterator[Metric]:
+        labels = [self.model_name]
+        with self._lock:
+            totals = self._update()
+            state = self._current()
+
+            def gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+                family = GaugeMetricFamily(name, doc, labels=["model_name"])
+                family.add_metric(labels, value)
+                return family
+
+            def counter(name: str, doc: str, value: float) -> CounterMetricFamily:
+                # prometheus_client appends `_total` to counter samples: vllm:prompt_tokens -> vllm:prompt_tokens_total
+                family = CounterMetricFamily(name, doc, labels=["model_name"])
+                family.add_metric(labels, value)
+                return family
+
+            yield gauge("vllm:num_requests_running", "Number of requests in model execution batches.", state.running)
+            yield gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", state.waiting)
+            usage = state.pages_used / state.pages_total if state.pages_total else 0.0
+            yield gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", usage)
+            yield counter(
+                "vllm:prefix_cache_queries",
+                "Prefix cache queries, in terms of number of queried tokens.",
+                totals.prefix_query_tokens,
+            )
+            yield counter(
+                "vllm:prefix_cache_hits",
+                "Prefix cache hits, in terms of number of cached tokens.",
+                totals.prefix_hit_tokens,
+            )
+            yield counter(
+                "vllm:num_preemptions", "Cumulative number of preemption from the engine.", totals.preemptions
+            )
+            yield counter(
+                "vllm:prompt_tokens",
+                "Number of prefill tokens processed (counted when a request ends).",
+                totals.prompt_tokens,
+            )
+            yield counter("vllm:generation_tokens", "Number of generation tokens processed.", totals.generation_tokens)
+            success = CounterMetricFamily(
+                "vllm:request_success",
+                "Count of successfully processed requests.",
+                labels=["model_name", "finished_reason"],
+            )
+            for reason, count in sorted(totals.finish_reasons.items()):
+                if reason != FinishReason.ERROR:
+                    success.add_metric([self.model_name, reason], count)
+            yield success
+            yield self._ttft.family(
+                "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", labels
+            )
+            yield self._itl.family(
+                "vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", labels
+            )

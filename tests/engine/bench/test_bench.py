@@ -1,0 +1,109 @@
+"""The benchmark's accounting on the tiny model: token counts, timings, waste, ratios (never its speed)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from engine.bench import report
+from engine.bench.results import RequestTiming, SystemResult, kv_waste
+from engine.bench.runner import run_benchmark
+from engine.bench.workloads import WORKLOADS, build
+from engine.core.metrics import StepRecord
+
+
+def step(pages_used: int, slots_used: int) -> StepRecord:
+    return StepRecord(
+        step=1, start=0.0, duration_s=0.1, forward_s=0.09, prefill_tokens=0, decode_tokens=1, batch_size=1,
+        running=1, waiting=0, pages_used=pages_used, pages_cached_free=0, pages_free=0, pages_total=10,
+        kv_slots_used=slots_used, preemptions=0, prefix_query_tokens=0, prefix_hit_tokens=0,
+    )  # fmt: skip
+
+
+def test_kv_waste_is_unused_over_allocated_slots_across_steps() -> None:
+    assert kv_waste([step(2, 20), step(4, 60)], page_size=16) == pytest.approx((96 - 80) / 96)
+    assert kv_waste([step(0, 0)], page_size=16) is None
+
+
+def test_timings_and_summary() -> None:
+    timing = RequestTiming(arrival=10.0, token_times=[10.5, 10.6, 10.8])
+    assert timing.ttft == pytest.approx(0.5) and timing.e2e == pytest.approx(0.8)
+    assert timing.inter_token == pytest.approx([0.1, 0.2])
+    result = SystemResult("x", wall_s=2.0, timings=[timing, RequestTiming(10.0, [11.0])])
+    summary = result.summary()
+    assert summary["output_tokens"] == 4 and summary["tokens_per_s"] == 2.0
+    assert summary["ttft_p50_s"] == pytest.approx(0.75)
+
+
+def test_ratios_compare_every_baseline_to_the_engine() -> None:
+    rows = [
+        {"system": "engine", "tokens_per_s": 200.0, "ttft_p50_s": 0.5},
+        {"system": "static", "tokens_per_s": 100.0, "ttft_p50_s": 2.0},
+        {"system": "broken", "skipped": "no"},
+    ]
+    assert report.ratios(rows) == {"static": {"throughput_x": 2.0, "ttft_p50_better_x": 4.0}}
+    text = report.table(rows)
+    assert "| engine | 200.0 | 0.50s |" in text and "skipped: no" in text
+
+
+def test_workloads_have_the_advertised_shapes(tiny_model_dir) -> None:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    sizes = {name: build(name, tokenizer) for name in WORKLOADS}
+    assert len(sizes["single"].requests) == 1 and sizes["single"].output_tokens == 128
+    assert len(sizes["chat16"].requests) == 16 and sizes["chat16"].output_tokens == 16 * 64
+    assert len(sizes["chat64"].requests) == 64 and sizes["chat64"].output_tokens == 64 * 128
+    assert len({tuple(r.prompt_ids) for r in sizes["chat64"].requests}) == 64
+    shared = sizes["shared-prefix"].requests
+    assert len(shared) == 32 and all(r.prompt_ids[:400] == shared[0].prompt_ids[:400] for r in shared)
+    arrivals = sizes["arrivals"]
+    assert arrivals.has_arrivals and len({r.max_new_tokens for r in arrivals.requests}) > 1
+
+
+def test_every_system_makes_the_same_tokens_and_the_record_is_json(tiny_loaded) -> None:
+    record = run_benchmark(tiny_loaded, ["chat16"], ["sequential", "static", "generate-batch"], scale=0.1)
+    record["workloads"].update(run_benchmark(tiny_loaded, ["shared-prefix"], [], scale=0.1)["workloads"])
+    chat = record["workloads"]["chat16"]
+    expected = chat["output_tokens"]
+    for row in chat["systems"]:
+        assert not row.get("skipped"), row
+        assert row["output_tokens"] == expected, row["system"]
+    engine = chat["systems"][0]
+    assert engine["system"] == "engine" and 0 <= engine["kv_waste"] < 1 and engine["preemptions"] == 0
+    assert set(chat["ratios"]) == {"hf-generate-sequential", "hf-static-batch", "hf-generate-batch"}
+    assert chat["same_tokens_as"]["hf-generate-sequential"] == 1.0  # greedy, EOS ignored: identical tokens
+    shared = record["workloads"]["shared-prefix"]
+    names = [r["system"] for r in shared["systems"]]
+    assert names[:2] == ["engine", "engine-no-prefix-cache"]
+    cached, uncached = shared["systems"][0], shared["systems"][1]
+    assert cached["prefill_tokens"] < uncached["prefill_tokens"] and cached["prefix_hit_rate"] > 0.5
+    json.dumps(record)
+
+
+def test_repeat_runs_every_system_in_rounds_and_keeps_its_median_run(tiny_loaded) -> None:
+    seen: list[str] = []
+    record = run_benchmark(tiny_loaded, ["single"], ["static"], scale=0.1, repeat=3, progress=seen.append)
+    single = record["workloads"]["single"]
+    # interleaved rounds: engine, static, engine, static, ... (after the warm-up message)
+    assert [m.split(": ")[1].split(" (")[0] for m in seen[1:]] == ["engine", "static"] * 3
+    assert single["repeat"] == 3
+    for row in single["systems"]:
+        runs = single["tokens_per_s_runs"][row["system"]]
+        assert len(runs) == 3
+        assert row["tokens_per_s"] == sorted(runs)[1]  # the median run is the one reported
+    with pytest.raises(ValueError, match="at least 1"):
+        run_benchmark(tiny_loaded, ["single"], [], scale=0.1, repeat=0)
+
+
+def test_median_run_is_a_real_run() -> None:
+    from engine.bench.runner import _median_run
+
+    def result(seconds: float) -> SystemResult:
+        return SystemResult("engine", seconds, [RequestTiming(0.0, [seconds / 2, seconds])], [[1, 2]])
+
+    runs = [result(4.0), result(1.0), result(2.0)]
+    assert _median_run(runs) is runs[2]
+    skipped = SystemResult("llama-cpp-python", 0, [], skipped="not installed")
+    assert _median_run([skipped]) is skipped

@@ -1,0 +1,94 @@
+"""Golden tests on the embedded model: the engine's greedy output equals transformers' own greedy generate
+token for token, with many requests at once, under preemption, with prefix caching on and off."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.core.config import EngineConfig
+from engine.core.engine import Engine
+from engine.types import SamplingParams
+from tests.helpers import reference_greedy, run_to_completion
+
+pytestmark = pytest.mark.slow
+
+MAX_TOKENS = 24
+LONG_STORY = " ".join(
+    f"Chapter {i}: the traveller reached the {word} village, traded {i * 3} apples for a lantern, and wrote "
+    f"a note about the {word} river before walking on."
+    for i, word in enumerate(["northern", "quiet", "windy", "golden", "misty", "stone", "river", "hill"] * 2, 1)
+)
+QUESTIONS = [
+    "What is the capital of France?",
+    "Write a haiku about the sea and the wind over the harbour at night.",
+    "Explain gravity to a child in two sentences, using an apple, a ball and the moon as examples.",
+    "List three red fruits.",
+    "Translate 'good morning, how did you sleep?' into Spanish, French and German, one per line.",
+    "Who wrote Romeo and Juliet, and in roughly which year was it first performed in London?",
+    f"Summarise this diary in one sentence:\n{LONG_STORY}",
+    "Give me a Python function that adds two numbers.",
+]
+SYSTEM = (
+    "You are a meticulous assistant for a travel company. Always answer in a friendly tone, cite the city "
+    "names you mention, never invent prices, and keep answers short. " * 8
+)
+
+
+@pytest.fixture(scope="module")
+def prompt_ids(embedded_model) -> list[list[int]]:
+    from engine.core.prompts import encode_prompt
+
+    ids = [encode_prompt(embedded_model.tokenizer, prompt=q) for q in QUESTIONS]
+    assert any(len(i) > 500 for i in ids) and len({len(i) for i in ids}) == len(ids)
+    return ids
+
+
+@pytest.fixture(scope="module")
+def references(embedded_model, prompt_ids) -> list[list[int]]:
+    return [reference_greedy(embedded_model.model, ids, MAX_TOKENS) for ids in prompt_ids]
+
+
+def run_all(loaded, batch: list[list[int]], **config):
+    engine = Engine(loaded, EngineConfig(**config))
+    requests = [engine.add_request(ids, SamplingParams(max_tokens=MAX_TOKENS)) for ids in batch]
+    run_to_completion(engine)
+    engine.pool.check_invariants()
+    assert engine.pool.num_used == 0
+    return engine, requests
+
+
+def test_eight_prompts_together_match_transformers(embedded_model, prompt_ids, references) -> None:
+    _, requests = run_all(embedded_model, prompt_ids)
+    assert [r.output_ids for r in requests] == references
+
+
+@pytest.mark.parametrize("prefix_caching", [True, False], ids=["prefix-cache", "no-prefix-cache"])
+def test_match_under_preemption(embedded_model, prompt_ids, references, prefix_caching: bool) -> None:
+    # 60 pages of 16 tokens: less than the 8 prompts plus their replies need at once; a 512-token step budget
+    # admits them quickly enough that their replies outgrow the pool (a smaller one staggers them)
+    _, requests = run_all(embedded_model, prompt_ids, kv_pages=60, prefix_caching=prefix_caching, max_step_tokens=512)
+    assert sum(r.preemptions for r in requests) > 0
+    assert [r.output_ids for r in requests] == references
+
+
+def test_shared_system_prompt_is_cached_and_output_unchanged(embedded_model) -> None:
+    from engine.core.prompts import encode_prompt
+
+    tokenizer = embedded_model.tokenizer
+    batch = [
+        encode_prompt(tokenizer, messages=[{"role": "system", "content": SYSTEM}, {"role": "user", "content": q}])
+        for q in QUESTIONS[:4]
+    ]
+    shared = next(i for i, column in enumerate(zip(*batch, strict=False)) if len(set(column)) > 1)
+    assert shared > 250
+    engine = Engine(embedded_model, EngineConfig())
+    first = engine.add_request(batch[0], SamplingParams(max_tokens=MAX_TOKENS))
+    while first.num_computed < len(batch[0]):
+        engine.step()  # the first request's prefill (in chunks of the step budget) publishes the system prompt's pages
+    later = [engine.add_request(ids, SamplingParams(max_tokens=MAX_TOKENS)) for ids in batch[1:]]
+    run_to_completion(engine)
+    assert [r.cached_prompt_tokens for r in later] == [shared // 16 * 16] * 3
+    totals = engine.metrics.snapshot().totals
+    assert totals.prefix_hit_tokens == 3 * (shared // 16 * 16)
+    for request, ids in zip([first, *later], batch, strict=True):
+        assert request.output_ids == reference_greedy(embedded_model.model, ids, MAX_TOKENS)

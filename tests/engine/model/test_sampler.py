@@ -1,0 +1,93 @@
+"""Sampler filters on known logits, and seeded reproducibility."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from engine.core.request import Request
+from engine.errors import InvalidRequestError
+from engine.model.sampler import Sampler, apply_repetition_penalty, filter_logits
+from engine.types import SamplingParams
+
+LOGITS = torch.log(torch.tensor([0.5, 0.2, 0.15, 0.1, 0.05]))
+
+
+def kept(logits: torch.Tensor) -> list[int]:
+    return [i for i, v in enumerate(logits.tolist()) if v != -math.inf]
+
+
+def test_top_k_keeps_the_k_best() -> None:
+    assert kept(filter_logits(LOGITS, SamplingParams(temperature=1.0, top_k=2))) == [0, 1]
+
+
+def test_top_p_keeps_the_smallest_set_reaching_p() -> None:
+    assert kept(filter_logits(LOGITS, SamplingParams(temperature=1.0, top_p=0.6))) == [0, 1]
+    assert kept(filter_logits(LOGITS, SamplingParams(temperature=1.0, top_p=0.7))) == [0, 1]
+    assert kept(filter_logits(LOGITS, SamplingParams(temperature=1.0, top_p=0.71))) == [0, 1, 2]
+    assert kept(filter_logits(LOGITS, SamplingParams(temperature=1.0, top_p=0.1))) == [0]
+
+
+def test_min_p_is_relative_to_the_best_token() -> None:
+    # threshold 0.35 * 0.5 = 0.175
+    assert kept(filter_logits(LOGITS, SamplingParams(temperature=1.0, min_p=0.35))) == [0, 1]
+
+
+def test_temperature_sharpens_and_flattens() -> None:
+    cold = torch.softmax(filter_logits(LOGITS, SamplingParams(temperature=0.5)), -1)
+    hot = torch.softmax(filter_logits(LOGITS, SamplingParams(temperature=2.0)), -1)
+    assert cold[0] > 0.5 > hot[0]
+
+
+def test_repetition_penalty_follows_transformers() -> None:
+    logits = torch.tensor([2.0, -2.0, 1.0])
+    out = apply_repetition_penalty(logits, [0, 1], 2.0)
+    assert out.tolist() == [1.0, -4.0, 1.0]
+    assert logits.tolist() == [2.0, -2.0, 1.0]  # input untouched
+
+
+def test_greedy_picks_the_argmax_and_the_penalty_changes_it() -> None:
+    sampler = Sampler(seed=0)
+    logits = torch.tensor([[1.0, 3.0, 2.0]])
+    plain = Request("a", [1], SamplingParams())
+    assert sampler.sample(logits, [plain]) == [1]
+    penalised = Request("b", [1], SamplingParams(repetition_penalty=4.0))
+    assert sampler.sample(logits, [penalised]) == [2]
+
+
+def test_same_seed_same_tokens_whatever_the_batch() -> None:
+    logits = torch.randn(1, 50)
+    params = SamplingParams(temperature=1.0, seed=1234)
+
+    def draw(batch_others: int) -> list[int]:
+        sampler = Sampler()
+        request = Request("r", [1], params)
+        others = [Request(f"o{i}", [1], SamplingParams(temperature=1.0)) for i in range(batch_others)]
+        tokens = []
+        for _ in range(20):
+            rows = torch.cat([logits] * (1 + batch_others))
+            tokens.append(sampler.sample(rows, [request, *others])[0])
+        return tokens
+
+    assert draw(0) == draw(3)
+    assert len(set(draw(0))) > 1  # it does sample
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        (SamplingParams(temperature=-1), "temperature"),
+        (SamplingParams(top_p=0.0), "top-p"),
+        (SamplingParams(top_p=1.5), "top-p"),
+        (SamplingParams(max_tokens=0), "max tokens"),
+        (SamplingParams(top_k=-1), "top-k"),
+        (SamplingParams(min_p=1.0), "min-p"),
+        (SamplingParams(repetition_penalty=0), "repetition penalty"),
+        (SamplingParams(stop=("",)), "stop strings"),
+    ],
+)
+def test_invalid_values_are_rejected(params: SamplingParams, message: str) -> None:
+    with pytest.raises(InvalidRequestError, match=message):
+        params.validate()

@@ -1,0 +1,1 @@
+"""The chat view: transcript, messages, Markdown and code blocks, input, sampling settings."""

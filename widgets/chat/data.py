@@ -1,0 +1,148 @@
+"""Plain chat data shared by the views and the app: messages, per-chat settings, sampling presets."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field, fields, replace
+
+from engine.types import FinishReason, RequestStats, SamplingParams
+
+USER = "user"
+ASSISTANT = "assistant"
+
+#: RequestStats fields kept with a reply (the per-token latencies would bloat the store)
+STAT_FIELDS = (
+    "prompt_tokens",
+    "cached_prompt_tokens",
+    "output_tokens",
+    "ttft_s",
+    "decode_tokens_per_s",
+    "e2e_s",
+    "preemptions",
+)
+
+
+@dataclass
+class ChatMessage:
+    role: str
+    content: str
+    stats: dict | None = None
+    finish_reason: FinishReason | None = None  # None while streaming, and for the user's messages
+    error: str | None = None
+    created: float = field(default_factory=time.time)
+
+    @property
+    def in_context(self) -> bool:
+        """Whether the message goes back to the model: failed replies with no text would only confuse it."""
+        return bool(self.content.strip())
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def __post_init__(self) -> None:
+        # stored and exported as text; an unknown value (a newer studio's) reads as a plain stop
+        if self.finish_reason is not None and not isinstance(self.finish_reason, FinishReason):
+            try:
+                self.finish_reason = FinishReason(self.finish_reason)
+            except ValueError:
+                self.finish_reason = FinishReason.STOP
+
+    @classmethod
+    def from_dict(cls, data: dict) -> ChatMessage:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def stats_dict(stats: RequestStats | None) -> dict | None:
+    if stats is None:
+        return None
+    return {name: getattr(stats, name) for name in STAT_FIELDS}
+
+
+def format_stats(message: ChatMessage) -> str:
+    """One line under a reply: tokens, time to first token, decode speed, prompt tokens found in the cache."""
+    stats = message.stats or {}
+    parts = []
+    if stats.get("output_tokens") is not None:
+        parts.append(f"{stats['output_tokens']} tokens")
+    if stats.get("ttft_s") is not None:
+        parts.append(f"TTFT {stats['ttft_s'] * 1000:.0f} ms")
+    if stats.get("decode_tokens_per_s"):
+        parts.append(f"{stats['decode_tokens_per_s']:.1f} tok/s")
+    if stats.get("prompt_tokens") is not None:
+        parts.append(f"{stats.get('cached_prompt_tokens') or 0}/{stats['prompt_tokens']} prompt tokens cached")
+    if message.finish_reason is FinishReason.ABORT:
+        parts.append("stopped")
+    elif message.finish_reason is FinishReason.LENGTH:
+        parts.append("hit the token limit")
+    return " · ".join(parts)
+
+
+@dataclass(frozen=True)
+class ChatSettings:
+    """What one chat sends with each request: its system prompt and sampling settings."""
+
+    system_prompt: str = ""
+    temperature: float = 0.7
+    top_p: float = 0.95
+    top_k: int = 40
+    max_tokens: int = 512
+    seed: int | None = None
+    repetition_penalty: float = 1.1
+
+    def to_params(self) -> SamplingParams:
+        return SamplingParams(
+            max_tokens=self.max_tokens,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=self.top_k,
+            seed=self.seed,
+            repetition_penalty=self.repetition_penalty,
+        )
+
+    def with_preset(self, name: str) -> ChatSettings:
+        return replace(self, **PRESETS[name])
+
+    def preset_name(self) -> str | None:
+        """The preset these settings match, if any (the panel shows 'custom' otherwise)."""
+        for name, values in PRESETS.items():
+            if all(getattr(self, key) == value for key, value in values.items()):
+                return name
+        return None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict | None) -> ChatSettings:
+        if not data:
+            return cls()
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+#: Sampling presets; they leave the system prompt and the token limit alone.
+PRESETS: dict[str, dict] = {
+    "precise": {"temperature": 0.0, "top_p": 1.0, "top_k": 0, "repetition_penalty": 1.0},
+    "balanced": {"temperature": 0.7, "top_p": 0.95, "top_k": 40, "repetition_penalty": 1.1},
+    "creative": {"temperature": 1.1, "top_p": 0.98, "top_k": 0, "repetition_penalty": 1.05},
+}
+
+
+def conversation(system_prompt: str, messages: list[ChatMessage]) -> list[dict]:
+    """The messages sent to the model: the system prompt, then every message that has text."""
+    out = [{"role": "system", "content": system_prompt}] if system_prompt.strip() else []
+    out.extend({"role": m.role, "content": m.content} for m in messages if m.in_context)
+    return out
+
+
+@dataclass(frozen=True)
+class ChatSummary:
+    """A stored chat as the history list shows it."""
+
+    chat_id: int
+    title: str
+    updated: float
+    message_count: int
+    preview: str
+    is_open: bool

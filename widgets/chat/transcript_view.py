@@ -1,0 +1,129 @@
+"""TranscriptView: a chat's messages in a scroll area that follows the end unless the user has scrolled up."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QEvent, QObject, QSize, Qt, Signal
+from PySide6.QtGui import QResizeEvent
+from PySide6.QtWidgets import QFrame, QLabel, QScrollArea, QVBoxLayout, QWidget
+
+from widgets.chat.data import ASSISTANT, ChatMessage
+from widgets.chat.message_view import MessageView
+
+# how close to the bottom (pixels) still counts as "at the end"
+_FOLLOW_SLACK = 24
+
+
+class TranscriptView(QScrollArea):
+    edit_requested = Signal(int)  # index of the user message to edit
+    regenerate_requested = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("transcript")
+        # The page is sized here, not by QScrollArea's widgetResizable: that sizes it from a word-wrapped
+        # label's height at some earlier width and leaves blank space under the last message.
+        self.setWidgetResizable(False)
+        self.setFrameShape(QFrame.Shape.NoFrame)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        container = QWidget()
+        container.setObjectName("transcriptPage")
+        self._layout = QVBoxLayout(container)
+        self._layout.setContentsMargins(16, 12, 16, 12)
+        self._layout.setSpacing(10)
+        self._placeholder = QLabel("Ask anything. Enter sends, Shift+Enter starts a new line.")
+        self._placeholder.setObjectName("placeholder")
+        self._placeholder.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self._layout.addWidget(self._placeholder)
+        self._layout.addStretch(1)
+        self.setWidget(container)
+        container.installEventFilter(self)
+        self._views: list[MessageView] = []
+        self._busy = False
+        self.following = True
+        bar = self.verticalScrollBar()
+        bar.rangeChanged.connect(self._on_range_changed)
+        bar.valueChanged.connect(self._on_value_changed)
+
+    # ---- messages ---------------------------------------------------------------------------
+    @property
+    def views(self) -> list[MessageView]:
+        return list(self._views)
+
+    def set_messages(self, messages: list[ChatMessage]) -> None:
+        self.truncate(0)
+        for message in messages:
+            self.append_message(message)
+
+    def append_message(self, message: ChatMessage) -> MessageView:
+        view = MessageView(message)
+        view.edit_requested.connect(lambda v=view: self.edit_requested.emit(self._views.index(v)))
+        view.regenerate_requested.connect(self.regenerate_requested)
+        self._layout.insertWidget(self._layout.count() - 1, view)
+        self._views.append(view)
+        self._placeholder.setVisible(False)
+        self._refresh_actions()
+        return view
+
+    def update_message(self, index: int, message: ChatMessage) -> None:
+        self._views[index].set_message(message)
+        self._refresh_actions()
+
+    def set_streaming_text(self, index: int, text: str) -> None:
+        self._views[index].set_content(text)
+
+    def set_status(self, index: int, text: str) -> None:
+        self._views[index].set_status(text)
+
+    def truncate(self, count: int) -> None:
+        """Keep the first count messages."""
+        while len(self._views) > count:
+            view = self._views.pop()
+            self._layout.removeWidget(view)
+            view.deleteLater()
+        self._placeholder.setVisible(not self._views)
+        self._refresh_actions()
+
+    def set_busy(self, busy: bool) -> None:
+        """While a reply streams, earlier messages can't be edited and nothing can be regenerated."""
+        self._busy = busy
+        self._refresh_actions()
+
+    def _refresh_actions(self) -> None:
+        last = len(self._views) - 1
+        for index, view in enumerate(self._views):
+            view.set_actions(
+                can_edit=not self._busy,
+                can_regenerate=not self._busy and index == last and view.message.role == ASSISTANT,
+            )
+
+    # ---- page size --------------------------------------------------------------------------
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if watched is self.widget() and event.type() == QEvent.Type.LayoutRequest:
+            self._fit_page()
+        return super().eventFilter(watched, event)
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self._fit_page()
+
+    def _fit_page(self) -> None:
+        page = self.widget()
+        width = self.viewport().width()
+        layout = self._layout
+        content = layout.totalHeightForWidth(width) if layout.hasHeightForWidth() else layout.totalSizeHint().height()
+        size = QSize(width, max(self.viewport().height(), content))
+        if page.size() != size:
+            page.resize(size)
+
+    # ---- following the end ------------------------------------------------------------------
+    def scroll_to_end(self) -> None:
+        self.following = True
+        bar = self.verticalScrollBar()
+        bar.setValue(bar.maximum())
+
+    def _on_range_changed(self, _minimum: int, maximum: int) -> None:
+        if self.following:
+            self.verticalScrollBar().setValue(maximum)
+
+    def _on_value_changed(self, value: int) -> None:
+        self.following = value >= self.verticalScrollBar().maximum() - _FOLLOW_SLACK

@@ -1,0 +1,1 @@
+"""Dialogs: settings, API server, remote endpoint, history."""

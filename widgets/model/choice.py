@@ -1,0 +1,41 @@
+"""ModelChoice: what the user picked to load: model spec, dtype, quantization, device and KV-cache budget."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+
+from engine.core.config import DEFAULT_KV_MEMORY
+
+DEFAULT_KV_MIB = DEFAULT_KV_MEMORY // 1024**2
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    spec: str = "default"  # the embedded model, a folder, a .gguf file or a hub repo id
+    dtype: str = "auto"
+    quantization: str = "none"
+    device: str = "auto"
+    kv_memory_mib: int = DEFAULT_KV_MIB
+
+    @property
+    def kv_memory_bytes(self) -> int:
+        return self.kv_memory_mib * 1024**2
+
+    @property
+    def label(self) -> str:
+        extras = [v for v in (self.dtype, self.quantization, self.device) if v not in ("auto", "none")]
+        name = "embedded SmolLM2-135M-Instruct" if self.spec in ("", "default") else self.spec
+        return f"{name} ({', '.join(extras)})" if extras else name
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict | None) -> ModelChoice:
+        if not isinstance(data, dict):
+            return cls()
+        known = {f.name for f in fields(cls)}
+        try:
+            return cls(**{k: v for k, v in data.items() if k in known})
+        except TypeError:
+            return cls()
