@@ -37,6 +37,9 @@ HARMLESS = [
     re.compile(r"^This plugin does not support propagateSizeHints\(\)$"),
     # transformers' progress bar while the embedded GGUF is converted on the first start (one line per \r update)
     re.compile(r"^Converting and de-quantizing GGUF tensors\.\.\.: +\d+%\|"),
+    # bitsandbytes on AVX512-BF16 CPUs looks for an optional 4-bit kernel on the Hugging Face hub (the `kernels`
+    # package); offline, and without that package, it uses its own CPU kernel
+    re.compile(r"^WARNING bitsandbytes\.backends\.cpu\.ops: Failed to load CPU gemm_4bit_forward from kernels-"),
 ]
 PROGRESS = re.compile(r"^\[[^\]]*\]$")
 SCREENSHOTS = ("studio-streaming.png", "studio-light.png", "studio-dark.png", "dashboard-streaming.png")
