@@ -13,7 +13,7 @@ PRECONVERT ?= no
 # `make package DEB_COMPRESSION=zstd`: a .deb in a minute instead of ten, ~20 % larger (xz is for releases).
 DEB_COMPRESSION ?= xz
 
-.PHONY: setup run test lint bench package package-test clean
+.PHONY: setup run test lint bench bench-models package package-test clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -36,8 +36,25 @@ lint: $(STAMP)
 test: $(STAMP) lint
 	QT_QPA_PLATFORM=offscreen $(VENV)/bin/pytest $(PYTEST_ARGS)
 
-bench: $(STAMP)
+BENCH_STAMP := $(VENV)/.bench-installed
+
+$(BENCH_STAMP): $(STAMP)
+	$(PIP) install --quiet -e '.[bench]'
+	touch $(BENCH_STAMP)
+
+# The benchmark with its peer, llama.cpp's server (the `bench` extra); ARGS go to `inference-studio bench`.
+bench: $(BENCH_STAMP)
 	$(VENV)/bin/inference-studio bench $(ARGS)
+
+# How cost grows with the model: random-weight models of Qwen2.5-0.5B's and 1.5B's shapes, written once (about
+# 1 and 3.5 GB under the user cache), single and chat16 through the server, beside transformers and llama.cpp's
+# server. About 40 minutes on 2 cores; SCALE shrinks the token counts.
+SCALE ?= 0.5
+bench-models: $(BENCH_STAMP)
+	$(VENV)/bin/inference-studio bench --synthetic qwen2-0.5b --workload single --workload chat16 \
+		--via server,thread --baselines static,llama-cpp-server --scale $(SCALE) --json bench-qwen2-0.5b.json $(ARGS)
+	$(VENV)/bin/inference-studio bench --synthetic qwen2-1.5b --workload single --workload chat16 \
+		--via server,thread --baselines static,llama-cpp-server --scale $(SCALE) --json bench-qwen2-1.5b.json $(ARGS)
 
 $(PACKAGING_STAMP): $(STAMP) packaging/requirements.txt
 	$(PIP) install --quiet -r packaging/requirements.txt

@@ -43,6 +43,7 @@ class SamplingParams:
     stop: tuple[str, ...] = ()
     stop_token_ids: tuple[int, ...] = ()
     ignore_eos: bool = False
+    min_tokens: int = 0  # EOS and stop tokens cannot end the reply before it has this many tokens
 
     @property
     def greedy(self) -> bool:
@@ -66,6 +67,8 @@ class SamplingParams:
             bad(f"repetition penalty must be positive, not {self.repetition_penalty}")
         if any(not s for s in self.stop):
             bad("stop strings must not be empty")
+        if not isinstance(self.min_tokens, int) or not 0 <= self.min_tokens <= self.max_tokens:
+            bad(f"min tokens must be between 0 and max tokens ({self.max_tokens}), not {self.min_tokens}")
 
 
 @dataclass

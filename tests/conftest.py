@@ -46,10 +46,12 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def embedded_model():
-    """The real embedded default model (SmolLM2-135M-Instruct), float32 on CPU, loaded once per session."""
+    """The real embedded default model (SmolLM2-135M-Instruct), float32 on CPU, loaded once per session. The dtype is
+    pinned: under `auto` the engine may compute in bfloat16 where it is faster, and golden tests are token-exact."""
     from engine.load.loader import load_model
+    from engine.load.options import LoadOptions
 
-    return load_model(None)
+    return load_model(None, LoadOptions(dtype="float32"))
 
 
 @pytest.fixture(scope="session")

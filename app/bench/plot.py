@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"]
+PALETTE = ["#1f77b4", "#17becf", "#aec7e8", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"]
 # one colour per system in every row, so a system is recognised across workloads
-SYSTEM_ORDER = ["engine", "hf-generate-sequential", "hf-static-batch", "hf-generate-batch", "engine-no-prefix-cache"]
+SYSTEM_ORDER = [
+    "engine-server", "engine-thread", "engine-main", "hf-generate-sequential", "hf-static-batch", "hf-generate-batch",
+    "llama-cpp-server", "engine-no-prefix-cache",
+]  # fmt: skip
 METRICS = (("tokens_per_s", "output tokens/s (higher is better)"), ("ttft_p50_s", "TTFT p50, s (lower is better)"))
 ROW_HEIGHT = 260
 WIDTH = 1200
@@ -15,6 +18,10 @@ WIDTH = 1200
 def short_name(system: str) -> str:
     """Tick labels that fit under a bar: 'hf-generate-sequential' -> 'one at a time'."""
     names = {
+        "engine-server": "studio server",
+        "engine-thread": "engine",
+        "engine-main": "engine (main)",
+        "llama-cpp-server": "llama.cpp server",
         "hf-generate-sequential": "one at a time",
         "hf-static-batch": "static batch",
         "hf-generate-batch": "generate_batch",

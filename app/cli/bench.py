@@ -13,7 +13,10 @@ import torch
 from app.bench.plot import plot
 from app.cli.options import add_engine_options, add_model_options, engine_config_from, load_options_from
 from engine.bench import report
-from engine.bench.runner import BASELINES, run_benchmark
+from engine.bench.engine_run import VIAS
+from engine.bench.memory import MemoryProbe
+from engine.bench.runner import BASELINES, BenchPlan, run_benchmark
+from engine.bench.synthetic import SHAPES, synthetic_model
 from engine.bench.workloads import WORKLOADS
 from engine.errors import InvalidRequestError
 from engine.load.loader import load_model
@@ -33,6 +36,20 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="LIST",
         help=f"comma-separated from {', '.join(BASELINES)}, 'all' or 'none' (default: per workload)",
+    )
+    parser.add_argument(
+        "--via",
+        default="thread",
+        metavar="LIST",
+        help=f"how the engine is driven, comma-separated from {', '.join(VIAS)} (default thread, as the window and "
+        "`generate` run it; server: `inference-studio serve` and a streaming client); the first is the reference",
+    )
+    parser.add_argument(
+        "--synthetic",
+        choices=sorted(SHAPES),
+        default=None,
+        help="a random-weight model with a real model's shape, written once as a folder and a GGUF file (instead of "
+        "--model): how cost grows with the model",
     )
     parser.add_argument("--threads", type=int, default=None, help="torch threads for every system")
     parser.add_argument("--scale", type=float, default=1.0, help="shrink token counts (quick checks)")
@@ -62,6 +79,12 @@ def _parse_baselines(text: str | None) -> list[str] | None:
     return names
 
 
+def _model_arguments(args: argparse.Namespace) -> list[str]:
+    """The model options, for the `serve` process the server path starts (engine options come from the config)."""
+    model = ["--model", args.model] if args.model else []
+    return [*model, "--dtype", args.dtype, "--quant", args.quant, "--device", args.device]
+
+
 def run(args: argparse.Namespace) -> int:
     workloads = args.workload or WORKLOADS
     unknown = [w for w in workloads if w not in WORKLOADS]
@@ -72,19 +95,36 @@ def run(args: argparse.Namespace) -> int:
     config.validate()
     if args.repeat < 1:
         raise InvalidRequestError("--repeat must be at least 1")
+    vias = tuple(v.strip() for v in args.via.split(",") if v.strip())
+    unknown = [v for v in vias if v not in VIAS]
+    if unknown or not vias:
+        raise InvalidRequestError(f"unknown --via {', '.join(unknown) or '(empty)'}; choose from {', '.join(VIAS)}")
     if args.threads:
         torch.set_num_threads(args.threads)
 
     def progress(message: str) -> None:
         print(f"[bench] {message}", file=sys.stderr, flush=True)
 
+    gguf = None
+    if args.synthetic:
+        if args.model:
+            raise InvalidRequestError("give --model or --synthetic, not both")
+        synthetic = synthetic_model(args.synthetic, progress=progress)
+        args.model, gguf = str(synthetic.folder), str(synthetic.gguf)
+    memory = MemoryProbe()
     loaded = load_model(args.model, load_options_from(args))
-    gguf = str(loaded.source.path) if loaded.source.is_gguf else None
-    record = run_benchmark(
-        loaded, workloads, chosen, config, progress, scale=args.scale, llama_cpp_gguf=gguf, repeat=args.repeat
+    memory.loaded(loaded)
+    plan = BenchPlan(
+        vias=vias,
+        serve_command=[sys.executable, "-m", "app", "serve", *_model_arguments(args)],
+        gguf=gguf or (str(loaded.source.path) if loaded.source.is_gguf else None),
+        threads=torch.get_num_threads(),
     )
+    record = run_benchmark(loaded, workloads, chosen, config, progress, scale=args.scale, plan=plan, repeat=args.repeat)
+    record["memory"] = memory.report(loaded, config)
     record["command"] = "inference-studio bench " + " ".join(shlex.quote(a) for a in sys.argv[2:])
     print(f"model: {record['model']}, torch threads {record['torch_threads']}")
+    print(memory.line(record["memory"]))
     for name, result in record["workloads"].items():
         print(f"\n## {name}: {result['description']}\n")
         print(report.table(result["systems"]))
@@ -96,11 +136,11 @@ def run(args: argparse.Namespace) -> int:
             )
             print(f"\nmedian of {result['repeat']} interleaved runs; tok/s of each run: {runs}")
         for row in result["systems"]:
-            if row["system"].startswith("engine") and not row.get("skipped"):
+            if row["system"].startswith("engine") and not row.get("skipped") and row.get("steps"):
                 print("\n" + report.engine_details(row))
         for system, entry in result["ratios"].items():
             parts = ", ".join(f"{k} {v:.2f}" for k, v in entry.items())
-            print(f"engine vs {system}: {parts}")
+            print(f"{result['systems'][0]['system']} vs {system}: {parts}")
         if result["same_tokens_as"]:
             same = ", ".join(f"{k} {v:.0%}" for k, v in result["same_tokens_as"].items() if v is not None)
             print(f"requests with identical greedy tokens: {same}")

@@ -40,7 +40,8 @@ def table(rows: list[dict]) -> str:
 
 
 def ratios(rows: list[dict], engine: str = "engine") -> dict[str, dict[str, float]]:
-    """Engine ÷ baseline for throughput; baseline ÷ engine for latencies (so > 1 means the engine is better)."""
+    """Reference ÷ other for throughput; other ÷ reference for latencies (so > 1 means the reference is better).
+    The reference is the engine on the first path benchmarked."""
     base = next((r for r in rows if r["system"] == engine and not r.get("skipped")), None)
     if base is None:
         return {}
@@ -51,7 +52,7 @@ def ratios(rows: list[dict], engine: str = "engine") -> dict[str, dict[str, floa
         entry = {}
         if row.get("tokens_per_s") and base.get("tokens_per_s"):
             entry["throughput_x"] = base["tokens_per_s"] / row["tokens_per_s"]
-        for key in ("ttft_p50_s", "ttft_p99_s", "itl_p50_s", "e2e_p50_s"):
+        for key in ("ttft_p50_s", "ttft_p99_s", "itl_p50_s", "itl_p99_s", "e2e_p50_s"):
             if row.get(key) and base.get(key):
                 entry[key.removesuffix("_s") + "_better_x"] = row[key] / base[key]
         out[row["system"]] = entry
@@ -68,6 +69,7 @@ def engine_details(row: dict) -> str:
         ("prefill_tokens", "prefill tokens", "{}"),
         ("prefill_step_time_share", "time in prefill steps", "{:.0%}"),
         ("overhead_share", "engine overhead", "{:.1%}"),
+        ("prefill_stall_max_s", "longest prefill stall", "{:.2f}s"),
         ("mean_batch", "mean batch", "{:.1f}"),
     ]
     parts = [f"{title} {fmt.format(row[key])}" for key, title, fmt in keys if row.get(key) is not None]

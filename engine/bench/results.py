@@ -11,7 +11,12 @@ import numpy as np
 @dataclass
 class RequestTiming:
     arrival: float  # perf_counter() at which the request was (or would have been) sent
-    token_times: list[float]  # perf_counter() of every useful output token
+    token_times: list[float]  # perf_counter() of every useful output token (or streamed chunk)
+    tokens: int | None = None  # output tokens, where chunks and tokens differ (a server's stream; its usage)
+
+    @property
+    def output_tokens(self) -> int:
+        return self.tokens if self.tokens is not None else len(self.token_times)
 
     @property
     def ttft(self) -> float:
@@ -38,11 +43,12 @@ class SystemResult:
     timings: list[RequestTiming]
     outputs: list[list[int]] = field(default_factory=list)
     extra: dict = field(default_factory=dict)
+    texts: list[str] = field(default_factory=list)  # the replies as text, where token ids are not seen
     skipped: str | None = None  # why the system did not run
 
     @property
     def output_tokens(self) -> int:
-        return sum(len(t.token_times) for t in self.timings)
+        return sum(t.output_tokens for t in self.timings)
 
     def summary(self) -> dict:
         if self.skipped:

@@ -1,41 +1,55 @@
-"""Runs the chosen workloads through the engine and the baselines, one after another in one process."""
+"""Runs the chosen workloads through the engine, on the paths users take, and through the baselines, one system
+after another in interleaved rounds."""
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib.util
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import torch
 
 from engine.bench import baselines
-from engine.bench.engine_run import run_engine
+from engine.bench.engine_run import VIAS, run_engine
+from engine.bench.http_client import llama_cpp_fields, run_through_server, served_model, studio_fields
 from engine.bench.report import ratios
 from engine.bench.results import SystemResult
+from engine.bench.servers import llama_cpp_available, llama_cpp_server, studio_server
 from engine.bench.workloads import WORKLOADS, Workload, build
 from engine.core.config import DEFAULT_KV_MEMORY, EngineConfig, step_tokens_for
 from engine.core.engine import Engine
 from engine.types import SamplingParams
 
-BASELINES = ("sequential", "static", "generate-batch", "llama-cpp")
-# Defaults keep one `bench` run to a few minutes on a 2-core CPU: the one-at-a-time baseline only where
-# it finishes in reasonable time; `--baselines all` runs everything everywhere.
+BASELINES = ("sequential", "static", "generate-batch", "llama-cpp-server")
+# Defaults keep one `bench` run to minutes on a 2-core CPU: the one-at-a-time baseline only where it finishes in
+# reasonable time; `--baselines all` runs everything everywhere. llama.cpp's server runs where it is installed.
 DEFAULT_BASELINES = {
-    "single": ["sequential", "static", "generate-batch"],
-    "chat16": ["sequential", "static", "generate-batch"],
-    "chat64": ["static"],
-    "shared-prefix": ["static"],
-    "arrivals": ["static", "generate-batch"],
+    "single": ["sequential", "static", "generate-batch", "llama-cpp-server"],
+    "chat16": ["sequential", "static", "generate-batch", "llama-cpp-server"],
+    "chat64": ["static", "llama-cpp-server"],
+    "shared-prefix": ["static", "llama-cpp-server"],
+    "arrivals": ["static", "generate-batch", "llama-cpp-server"],
 }
 
 Progress = Callable[[str], None]
 
 
+@dataclass(frozen=True)
+class BenchPlan:
+    """How the engine is driven (`vias`, the first one is the reference of the ratios) and what the servers need:
+    the command that runs this installation's `inference-studio serve` with the model and engine options, the
+    GGUF file llama.cpp's server reads (None: not a GGUF model), the threads every system gets."""
+
+    vias: tuple[str, ...] = ("thread",)
+    serve_command: list[str] = field(default_factory=list)
+    gguf: str | None = None
+    threads: int = 2
+
+
 def _warm_up(loaded) -> None:
     """First calls pay for lazy initialisation (thread pools, kernels); keep that out of every system."""
-
     engine = Engine(loaded, EngineConfig(kv_pages=8))
     engine.add_request([1, 2, 3, 4], SamplingParams(max_tokens=2, ignore_eos=True))
     while engine.has_unfinished:
@@ -44,35 +58,87 @@ def _warm_up(loaded) -> None:
         baselines.generate_padded(loaded.model, 0, [[1, 2, 3, 4]], 2)
 
 
-def _agreement(engine: SystemResult, other: SystemResult) -> float | None:
-    if not engine.outputs or not other.outputs or len(engine.outputs) != len(other.outputs):
+def replies(result: SystemResult, tokenizer) -> list[str]:
+    """The system's replies as text (servers stream text; in-process systems give token ids)."""
+    if result.texts:
+        return result.texts
+    return [tokenizer.decode(ids, skip_special_tokens=True) for ids in result.outputs]
+
+
+def _agreement(reference: SystemResult, other: SystemResult, tokenizer) -> float | None:
+    """Share of requests whose greedy reply is the same (token ids where both have them, else text)."""
+    if reference.outputs and other.outputs:
+        mine, theirs = reference.outputs, other.outputs
+    else:
+        mine, theirs = replies(reference, tokenizer), replies(other, tokenizer)
+    if not mine or len(mine) != len(theirs):
         return None
-    same = sum(1 for a, b in zip(engine.outputs, other.outputs, strict=True) if a == b)
-    return same / len(engine.outputs)
+    return sum(1 for a, b in zip(mine, theirs, strict=True) if a == b) / len(mine)
 
 
-def _systems(
-    loaded, workload: Workload, chosen: list[str], config: EngineConfig, llama_cpp_gguf: str | None
-) -> list[tuple[str, Callable[[], SystemResult]]]:
-    """Every system of this workload as (progress label, run): the engine first, then the chosen baselines."""
-    systems: list[tuple[str, Callable[[], SystemResult]]] = [("engine", lambda: run_engine(loaded, workload, config))]
+def _server_options(config: EngineConfig) -> list[str]:
+    options = ["--page-size", str(config.page_size), "--max-running", str(config.max_running)]
+    if config.kv_pages is not None:
+        options += ["--kv-pages", str(config.kv_pages)]
+    else:
+        options += ["--kv-memory", str(config.kv_memory_bytes / 1024**2)]
+    if config.max_step_tokens is not None:
+        options += ["--max-step-tokens", str(config.max_step_tokens)]
+    if not config.prefix_caching:
+        options.append("--no-prefix-cache")
+    return options
+
+
+def _run_studio_server(plan: BenchPlan, config: EngineConfig, workload: Workload) -> SystemResult:
+    with studio_server(plan.serve_command, _server_options(config), plan.threads) as server:
+        result = run_through_server("engine-server", server.url, "bench", workload, studio_fields)
+    result.extra["via"] = "server"
+    return result
+
+
+def _run_llama_cpp_server(plan: BenchPlan, workload: Workload) -> SystemResult:
+    slots = len(workload.requests)
+    ctx = min(131072, sum(len(r.prompt_ids) + r.max_new_tokens for r in workload.requests) + 256)
+    with llama_cpp_server(plan.gguf or "", plan.threads, slots, ctx) as server:
+        result = run_through_server(
+            "llama-cpp-server", server.url, served_model(server.url), workload, llama_cpp_fields
+        )
+    result.extra["flags"] = server.details
+    return result
+
+
+def _engine_systems(loaded, workload: Workload, config: EngineConfig, plan: BenchPlan) -> list:
+    systems = []
+    for via in plan.vias:
+        if via == "server":
+            systems.append(("engine through its server", functools.partial(_run_studio_server, plan, config, workload)))
+        else:
+            run = functools.partial(run_engine, loaded, workload, config, name=f"engine-{via}", via=via)
+            systems.append((f"engine ({via} thread)" if via == "main" else "engine (its thread)", run))
     if workload.name == "shared-prefix":
         off = dataclasses.replace(config, prefix_caching=False)
-        systems.append(
-            ("engine without prefix caching", lambda: run_engine(loaded, workload, off, name="engine-no-prefix-cache"))
-        )
+        via = next((v for v in plan.vias if v != "server"), "thread")
+        run = functools.partial(run_engine, loaded, workload, off, name="engine-no-prefix-cache", via=via)
+        systems.append(("engine without prefix caching", run))
+    return systems
+
+
+def _systems(loaded, workload: Workload, chosen: list[str], config: EngineConfig, plan: BenchPlan) -> list:
+    """Every system of this workload as (progress label, run): the engine's paths first, then the baselines."""
+    systems = _engine_systems(loaded, workload, config, plan)
     runners = {
         "sequential": baselines.run_sequential,
         "static": baselines.run_static,
         "generate-batch": baselines.run_generate_batch,
     }
     for name in chosen:
-        if name == "llama-cpp":
-            if importlib.util.find_spec("llama_cpp") is None or not llama_cpp_gguf:
-                skipped = SystemResult("llama-cpp-python", 0, [], skipped="llama-cpp-python not installed")
+        if name == "llama-cpp-server":
+            why = llama_cpp_available() or (None if plan.gguf else "the model is not a GGUF file")
+            if why:
+                skipped = SystemResult(name, 0, [], skipped=why)
                 systems.append((name, lambda skipped=skipped: skipped))
-                continue
-            systems.append((name, functools.partial(_run_llama_cpp, llama_cpp_gguf, loaded, workload)))
+            else:
+                systems.append((name, functools.partial(_run_llama_cpp_server, plan, workload)))
             continue
         run = runners[name]
         if name == "generate-batch":
@@ -80,10 +146,6 @@ def _systems(
             run = functools.partial(run, kv_memory_bytes=kv_bytes or DEFAULT_KV_MEMORY)
         systems.append((name, functools.partial(_run_baseline, name, run, loaded, workload)))
     return systems
-
-
-def _run_llama_cpp(gguf: str, loaded, workload: Workload) -> SystemResult:
-    return baselines.run_llama_cpp(gguf, loaded.tokenizer, workload, time.perf_counter(), torch.get_num_threads())
 
 
 def _run_baseline(name: str, run, loaded, workload: Workload) -> SystemResult:
@@ -102,17 +164,12 @@ def _median_run(runs: list[SystemResult]) -> SystemResult:
 
 
 def run_workload(
-    loaded,
-    workload: Workload,
-    chosen: list[str],
-    config: EngineConfig,
-    progress: Progress,
-    llama_cpp_gguf: str | None = None,
+    loaded, workload: Workload, chosen: list[str], config: EngineConfig, progress: Progress, plan: BenchPlan,
     repeat: int = 1,
-) -> dict:
+) -> dict:  # fmt: skip
     """Runs every system `repeat` times in interleaved rounds (engine, baselines, engine, baselines, ...), so a
     slow spell of a shared machine hits all of them alike, and keeps each system's median run."""
-    systems = _systems(loaded, workload, chosen, config, llama_cpp_gguf)
+    systems = _systems(loaded, workload, chosen, config, plan)
     runs: list[list[SystemResult]] = [[] for _ in systems]
     for round_index in range(repeat):
         suffix = f" (round {round_index + 1} of {repeat})" if repeat > 1 else ""
@@ -123,7 +180,7 @@ def run_workload(
             runs[index].append(run())
     results = [_median_run(r) for r in runs]
     rows = [r.summary() for r in results]
-    engine_result = results[0]
+    reference = results[0]
     return {
         "description": workload.description,
         "requests": len(workload.requests),
@@ -132,10 +189,10 @@ def run_workload(
         "systems": rows,
         "repeat": repeat,
         "tokens_per_s_runs": {
-            r.system: [x.summary()["tokens_per_s"] for x in rs] for r, rs in zip(results, runs, strict=True)
+            r.system: [x.summary().get("tokens_per_s") for x in rs] for r, rs in zip(results, runs, strict=True)
         },
-        "ratios": ratios(rows),
-        "same_tokens_as": {r.system: _agreement(engine_result, r) for r in results[1:] if not r.skipped and r.outputs},
+        "ratios": ratios(rows, reference.system),
+        "same_tokens_as": {r.system: _agreement(reference, r, loaded.tokenizer) for r in results[1:] if not r.skipped},
     }
 
 
@@ -146,11 +203,15 @@ def run_benchmark(
     config: EngineConfig | None = None,
     progress: Progress = lambda message: None,
     scale: float = 1.0,
-    llama_cpp_gguf: str | None = None,
+    plan: BenchPlan | None = None,
     repeat: int = 1,
 ) -> dict:
     if repeat < 1:
         raise ValueError("--repeat must be at least 1")
+    plan = plan or BenchPlan()
+    unknown = [v for v in plan.vias if v not in VIAS]
+    if unknown or not plan.vias:
+        raise ValueError(f"--via takes {', '.join(VIAS)}, not {', '.join(unknown) or 'nothing'}")
     config = config or EngineConfig()
     if config.max_step_tokens is None:  # the record shows the budget the engine really used
         config = dataclasses.replace(config, max_step_tokens=step_tokens_for(str(loaded.options.device)))
@@ -164,10 +225,13 @@ def run_benchmark(
         "torch_threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "engine_config": dataclasses.asdict(config),
+        "via": list(plan.vias),
+        "eos": "banned until max tokens in every system (min_tokens, min_new_tokens, llama.cpp's ignore_eos), "
+        "except generate-batch, which keeps generating past a sampled EOS",
         "workloads": {},
     }
     for name in names:
         workload = build(name, loaded.tokenizer, scale)
         chosen = DEFAULT_BASELINES[name] if chosen_baselines is None else chosen_baselines
-        record["workloads"][name] = run_workload(loaded, workload, chosen, config, progress, llama_cpp_gguf, repeat)
+        record["workloads"][name] = run_workload(loaded, workload, chosen, config, progress, plan, repeat)
     return record

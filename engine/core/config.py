@@ -32,6 +32,10 @@ class EngineConfig:
     #: None picks one for the device (see step_tokens_for)
     max_step_tokens: int | None = None
     prefix_caching: bool = True
+    #: seconds a step may spend prefilling beside running streams (or stall_ratio x their decode step, if longer);
+    #: measured per model and machine as the engine runs (core/step_cost.py); None: the token budget alone
+    prefill_budget_s: float | None = 0.1
+    prefill_stall_ratio: float = 1.0
     #: fused projections, fused RMSNorm and (CPU float32) prepacked weights; see engine/model/kernels.py and patches.py
     optimize: bool = True
     #: steps kept in the metrics ring buffer
@@ -48,6 +52,10 @@ class EngineConfig:
             raise UnsupportedOptionError(f"max running sequences must be at least 1, not {self.max_running}")
         if self.max_step_tokens is not None and self.max_step_tokens < 1:
             raise UnsupportedOptionError(f"tokens per step must be at least 1, not {self.max_step_tokens}")
+        if self.prefill_budget_s is not None and not 0 < self.prefill_budget_s <= 60:
+            raise UnsupportedOptionError(f"the prefill time budget must be in (0, 60] s, not {self.prefill_budget_s}")
+        if not 0 <= self.prefill_stall_ratio <= 100:
+            raise UnsupportedOptionError(f"the prefill stall ratio must be in [0, 100], not {self.prefill_stall_ratio}")
 
     def pages_for(self, kv_bytes_per_token: int) -> int:
         if self.kv_pages is not None:

@@ -16,9 +16,12 @@ from engine.core.outputs import OutputProcessor
 from engine.core.page_pool import PagePool
 from engine.core.prompts import encode_prompt, eos_token_ids
 from engine.core.request import Request
+from engine.core.runtime import runtime_record
 from engine.core.scheduler import Scheduler, SchedulerOutput
+from engine.core.step_cost import StepCostModel
 from engine.errors import InvalidRequestError, PromptTooLongError
 from engine.load.loader import LoadedModel
+from engine.model import formats
 from engine.model.attention import PagedKVCache
 from engine.model.geometry import attention_geometry
 from engine.model.runner import ModelRunner
@@ -37,7 +40,18 @@ class StepRun:
     sampled: list[Request]
     tokens: list[int]
     forward_s: float = 0.0
+    weight_format: str = ""
     error: str | None = None
+
+
+def weight_formats(loaded: LoadedModel) -> tuple[str, ...]:
+    """Formats the lean forward may use beside the model's own: bfloat16 copies for a float32 model on a CPU, when
+    the user left the dtype to the studio (an explicit dtype is honoured; token-exact checks pin float32)."""
+    options = loaded.options
+    float32_auto = options.dtype_auto and options.quantization == "none" and options.dtype == torch.float32
+    if float32_auto and formats.bfloat16_usable(torch.device(options.device)):
+        return (formats.FLOAT32, formats.BFLOAT16)
+    return ()
 
 
 class Engine:
@@ -61,15 +75,19 @@ class Engine:
             geometry.num_layers, geometry.num_kv_heads, geometry.head_dim, num_pages, ps, kv_dtype,
             loaded.options.device,
         )  # fmt: skip
-        self.runner = ModelRunner(self.model, self.cache, optimize=config.optimize)
+        self.runner = ModelRunner(self.model, self.cache, config.optimize, weight_formats(loaded))
         self.kernels = self.runner.kernels
-        self.scheduler = Scheduler(config, self.pool)
-        self.sampler = Sampler()
+        self.step_cost = StepCostModel(
+            config.prefill_budget_s or 0.0, config.prefill_stall_ratio, min_tokens=ps, max_tokens=config.max_step_tokens
+        )
+        budget = self.step_cost.prefill_token_budget if config.prefill_budget_s is not None else None
+        self.scheduler = Scheduler(config, self.pool, prefill_budget=budget)
         self.metrics = MetricsRecorder(config.metrics_capacity)
         self.vocab_size = self.model.get_output_embeddings().weight.shape[0]
         text_config = self.model.config.get_text_config()
         self.context_length = getattr(text_config, "max_position_embeddings", None) or num_pages * ps
         eos_ids = eos_token_ids(self.tokenizer, self.model)
+        self.sampler = Sampler(eos_ids=eos_ids)
         self.outputs = OutputProcessor(self.tokenizer, eos_ids, self.context_length, self.scheduler, self.metrics)
         self.requests: dict[str, Request] = {}
         self.step_count = 0
@@ -85,6 +103,7 @@ class Engine:
     @eos_ids.setter
     def eos_ids(self, ids: set[int]) -> None:
         self.outputs.eos_ids = ids
+        self.sampler.eos_ids = set(ids)
 
     # ---- requests ---------------------------------------------------------------------------
     @property
@@ -167,7 +186,7 @@ class Engine:
             request.first_scheduled_time = request.first_scheduled_time or started
         run = self._run(scheduled)
         events += self._postprocess(scheduled, run)
-        self._record_step(scheduled, started, run.forward_s, events)
+        self._record_step(scheduled, started, run, events)
         return events
 
     def _run(self, scheduled: SchedulerOutput) -> StepRun:
@@ -180,7 +199,7 @@ class Engine:
                 self.scheduler.commit(chunk)
             sampled = [c.request for c in result.sampling_chunks]
             tokens = self.sampler.sample(result.logits, sampled) if sampled else []
-            return StepRun(sampled, tokens, result.forward_s)
+            return StepRun(sampled, tokens, result.forward_s, result.weight_format)
         except Exception as exc:
             log.exception("engine step %d failed", self.step_count)
             return StepRun([], [], error=f"the engine failed while running this request: {type(exc).__name__}: {exc}")
@@ -197,8 +216,11 @@ class Engine:
         return events
 
     # ---- metrics ----------------------------------------------------------------------------
-    def _record_step(self, out: SchedulerOutput, started: float, forward_s: float, events: list[TokenEvent]) -> None:
+    def _record_step(self, out: SchedulerOutput, started: float, run: StepRun, events: list[TokenEvent]) -> None:
         self.step_count += 1
+        duration = time.monotonic() - started
+        stall = self.step_cost.stall(out.decode_tokens, out.prefill_tokens, duration)
+        self.step_cost.observe(out.decode_tokens, out.prefill_tokens, duration)
         self._publish_page_map(force=bool(out.admitted or out.preempted or any(e.finished for e in events)))
         pool = self.pool
         # shared pages are full prefix pages: every reference beyond the first counts them twice
@@ -208,8 +230,8 @@ class Engine:
             StepRecord(
                 step=self.step_count,
                 start=started,
-                duration_s=time.monotonic() - started,
-                forward_s=forward_s,
+                duration_s=duration,
+                forward_s=run.forward_s,
                 prefill_tokens=out.prefill_tokens,
                 decode_tokens=out.decode_tokens,
                 batch_size=len(out.chunks),
@@ -223,6 +245,9 @@ class Engine:
                 preemptions=len(out.preempted),
                 prefix_query_tokens=out.prefix_query_tokens,
                 prefix_hit_tokens=out.prefix_hit_tokens,
+                prefill_stall_s=stall,
+                prefill_budget=out.prefill_budget,
+                weight_format=run.weight_format,
                 admitted=tuple(r.request_id for r in out.admitted),
                 finished=tuple(e.request_id for e in events if e.finished),
                 preempted=tuple(r.request_id for r in out.preempted),
@@ -245,6 +270,10 @@ class Engine:
         page_map = self.page_map()
         self.metrics.publish_page_map(page_map)
         return page_map
+
+    def runtime_record(self) -> dict[str, object]:
+        """What runs: formats, kernels, the fast path and its check, threads, budgets (engine/core/runtime.py)."""
+        return runtime_record(self)
 
     def kv_pages_needed(self, tokens: int) -> int:
         return math.ceil(tokens / self.pool.page_size)

@@ -9,6 +9,9 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 
+import torch
+
+from engine.core import openmp
 from engine.core.engine import Engine
 from engine.core.routing import EventRouter
 from engine.handle import RequestHandle
@@ -28,10 +31,15 @@ class EngineThread:
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self.idle_wait_s = 0.05
+        self._torch_threads = torch.get_num_threads()
 
     # ---- lifecycle --------------------------------------------------------------------------
     def start(self) -> EngineThread:
+        """Start the thread. The caller (which built the engine) hands its OpenMP pool back: two pools make
+        libgomp throttle both (engine.core.openmp), so the caller should leave torch work to this thread."""
+        self._torch_threads = torch.get_num_threads()
         self._thread.start()
+        openmp.release_thread_pool()
         return self
 
     def shutdown(self, timeout: float = 30.0) -> None:
@@ -125,6 +133,9 @@ class EngineThread:
 
     # ---- the loop ---------------------------------------------------------------------------
     def _run(self) -> None:
+        # OpenMP thread counts are per thread and a new one starts from the runtime's default, not from
+        # torch.set_num_threads: oneDNN's prepacked linears read it directly
+        torch.set_num_threads(self._torch_threads)
         while not self._stopping.is_set():
             self._drain_commands(block=not self.engine.has_unfinished)
             if self._stopping.is_set():

@@ -29,6 +29,9 @@ class StepRecord:
     preemptions: int  # in this step
     prefix_query_tokens: int
     prefix_hit_tokens: int
+    prefill_stall_s: float = 0.0  # how much longer the decoding streams waited because of this step's prefill
+    prefill_budget: int = 0  # prefill tokens the step was allowed beside its decode rows
+    weight_format: str = ""  # the format the step's linears ran in (the fastest for its batch size)
     admitted: tuple[str, ...] = ()
     finished: tuple[str, ...] = ()
     preempted: tuple[str, ...] = ()
@@ -114,6 +117,7 @@ class Totals:
     preemptions: int = 0
     prefix_query_tokens: int = 0
     prefix_hit_tokens: int = 0
+    prefill_stall_s: float = 0.0
     requests_finished: int = 0
     requests_failed: int = 0
     finish_reasons: dict[str, int] = field(default_factory=dict)
@@ -159,6 +163,7 @@ class MetricsRecorder:
             t.preemptions += record.preemptions
             t.prefix_query_tokens += record.prefix_query_tokens
             t.prefix_hit_tokens += record.prefix_hit_tokens
+            t.prefill_stall_s += record.prefill_stall_s
 
     def record_tokens(self, records: list[TokenRecord]) -> None:
         with self._lock:

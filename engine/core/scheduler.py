@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from engine.core.config import CPU_STEP_TOKENS, EngineConfig
@@ -36,6 +37,7 @@ class SchedulerOutput:
     out_of_pages: list[Request] = field(default_factory=list)
     prefix_query_tokens: int = 0
     prefix_hit_tokens: int = 0
+    prefill_budget: int = 0  # prefill tokens this step was allowed beside its decode rows
 
     @property
     def num_tokens(self) -> int:
@@ -51,9 +53,14 @@ class SchedulerOutput:
 
 
 class Scheduler:
-    def __init__(self, config: EngineConfig, pool: PagePool) -> None:
+    def __init__(
+        self, config: EngineConfig, pool: PagePool, prefill_budget: Callable[[int], int] | None = None
+    ) -> None:
+        """prefill_budget(decode rows) -> prefill tokens a step may add (the engine's step cost model); without
+        it, the step token budget alone limits prefill."""
         self.config = config
         self.pool = pool
+        self.prefill_budget = prefill_budget
         self.page_size = pool.page_size
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
@@ -98,27 +105,34 @@ class Scheduler:
         out = SchedulerOutput()
         # an engine always resolves the budget for its device; a bare scheduler (tests) takes the CPU one
         budget = self.config.max_step_tokens or CPU_STEP_TOKENS
-        # Decodes first: one token each, so a long prefill never stalls the streams already running.
+        # Decodes first: one token each, so a long prefill never stalls the streams already running; prefill gets
+        # what is left, within a budget that keeps the step short while streams wait on it.
         decoding = [r for r in self.running if r.decoding]
         prefilling = [r for r in self.running if not r.decoding]
+        prefill = self.prefill_budget(len(decoding)) if self.prefill_budget else budget
+        out.prefill_budget = prefill
         for request in decoding + prefilling:
-            if budget <= 0:
-                break
+            limit = budget if request.decoding else min(budget, prefill)
+            if limit <= 0:
+                continue
             if request.status is not RequestStatus.RUNNING:
                 continue  # preempted earlier in this loop
-            n = min(request.remaining_to_compute, budget)
+            n = min(request.remaining_to_compute, limit)
             if not self._grow(request, request.num_computed + n, out):
                 continue
             out.chunks.append(self._chunk(request, n))
             budget -= n
+            if not request.decoding:
+                prefill -= n
 
-        while self.waiting and budget > 0 and len(self.running) < self.config.max_running:
-            chunk = self._admit(self.waiting[0], budget, out)
+        while self.waiting and min(budget, prefill) > 0 and len(self.running) < self.config.max_running:
+            chunk = self._admit(self.waiting[0], min(budget, prefill), out)
             if chunk is None:
                 break
             self.waiting.popleft()
             out.chunks.append(chunk)
             budget -= chunk.num_tokens
+            prefill -= chunk.num_tokens
         return out
 
     @staticmethod

@@ -30,6 +30,8 @@ class ResolvedOptions:
     device: str
     dtype: torch.dtype
     quantization: str
+    #: the user left the dtype to the studio: the engine may pick faster weight formats per batch size
+    dtype_auto: bool = False
 
     @property
     def dtype_name(self) -> str:
@@ -117,7 +119,7 @@ def resolve_options(options: LoadOptions) -> ResolvedOptions:
         raise UnsupportedOptionError(problem)
     if options.quantization != "none" and dtype == torch.float16 and device == "cpu":
         raise UnsupportedOptionError("quantized models on the CPU compute in float32 or bfloat16, not float16")
-    return ResolvedOptions(device=device, dtype=dtype, quantization=options.quantization)
+    return ResolvedOptions(device, dtype, options.quantization, dtype_auto=options.dtype == "auto")
 
 
 def element_size(dtype: torch.dtype) -> int:

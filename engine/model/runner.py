@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -22,6 +23,7 @@ class ForwardResult:
     logits: torch.Tensor  # [sampling chunks, vocab], float32
     sampling_chunks: list[ScheduledChunk]
     forward_s: float
+    weight_format: str = ""  # the format the step's linears ran in
 
 
 def prepare_model(model: torch.nn.Module) -> None:
@@ -43,13 +45,16 @@ def prepare_model(model: torch.nn.Module) -> None:
 
 
 class ModelRunner:
-    def __init__(self, model: torch.nn.Module, cache: PagedKVCache, optimize: bool = True) -> None:
+    def __init__(
+        self, model: torch.nn.Module, cache: PagedKVCache, optimize: bool = True, formats: Sequence[str] = ()
+    ) -> None:
         """optimize: the lean forward where the architecture allows, else the transformers modules with fused,
-        reversible kernels; off: the transformers forward as it is (with paged attention)."""
+        reversible kernels; off: the transformers forward as it is (with paged attention). formats: weight formats
+        the lean forward may use besides the model's own, the fastest per batch size (model/formats.py)."""
         prepare_model(model)
         self.model = model
         self.cache = cache
-        self.fast = fast_forward.build(model) if optimize else None
+        self.fast = fast_forward.build(model, formats=formats) if optimize else None
         if self.fast is not None:
             self.kernels = list(self.fast.kinds)
             patches.restore(model)  # an earlier engine on this model may have patched its modules
@@ -63,8 +68,10 @@ class ModelRunner:
     def execute(self, chunks: list[ScheduledChunk]) -> ForwardResult:
         batch = pack(chunks, self.cache)
         started = time.perf_counter()
+        weight_format = ""
         if self.fast is not None:
             logits = self.fast(batch.context, batch.input_ids, batch.positions, batch.keep).float()
+            weight_format = self.fast.last_format
         else:
             with attention.step_context(batch.context):
                 output = self.model(
@@ -74,4 +81,4 @@ class ModelRunner:
                     logits_to_keep=batch.keep,
                 )
             logits = output.logits[0].float()
-        return ForwardResult(logits, batch.sampling_chunks, forward_s=time.perf_counter() - started)
+        return ForwardResult(logits, batch.sampling_chunks, time.perf_counter() - started, weight_format)

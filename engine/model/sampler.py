@@ -41,8 +41,26 @@ def filter_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     return logits
 
 
+def ban_end_tokens(logits: torch.Tensor, requests: Sequence[Request], eos_ids: set[int]) -> torch.Tensor:
+    """Rows whose request has not reached its min_tokens cannot end: EOS and its stop tokens get -inf (vLLM's
+    min_tokens; what transformers' min_new_tokens and llama.cpp's ignore_eos do)."""
+    rows: list[int] = []
+    cols: list[int] = []
+    for row, request in enumerate(requests):
+        if len(request.output_ids) < request.params.min_tokens:
+            vocab = logits.shape[-1]
+            banned = [t for t in eos_ids | set(request.params.stop_token_ids) if 0 <= t < vocab]
+            rows.extend([row] * len(banned))
+            cols.extend(banned)
+    if rows:
+        logits = logits.clone()
+        logits[rows, cols] = float("-inf")
+    return logits
+
+
 class Sampler:
-    def __init__(self, seed: int | None = None) -> None:
+    def __init__(self, seed: int | None = None, eos_ids: set[int] | None = None) -> None:
+        self.eos_ids: set[int] = set(eos_ids or ())
         self.generator = torch.Generator()
         if seed is not None:
             self.generator.manual_seed(seed)
@@ -51,6 +69,7 @@ class Sampler:
 
     def sample(self, logits: torch.Tensor, requests: Sequence[Request]) -> list[int]:
         """One next token per row of logits [rows, vocab] (float32, on any device)."""
+        logits = ban_end_tokens(logits, requests, self.eos_ids)
         if all(r.params.greedy and r.params.repetition_penalty == 1.0 for r in requests):
             return logits.argmax(dim=-1).tolist()
         logits = logits.cpu()

@@ -98,6 +98,8 @@ def sampling_fields(params: SamplingParams) -> dict:
         fields["repetition_penalty"] = params.repetition_penalty
     if params.ignore_eos:
         fields["ignore_eos"] = True
+    if params.min_tokens:
+        fields["min_tokens"] = params.min_tokens
     return fields
 
 

@@ -51,7 +51,8 @@ class ApiServer:
         self.bridge: AsyncEventBridge | None = None
         self.active: dict[str, RequestHandle] = {}  # requests being answered, by id
         self.registry = CollectorRegistry()
-        self.registry.register(EngineCollector(worker.metrics, model_name, live=self._live_state))
+        runtime = worker.engine.runtime_record()
+        self.registry.register(EngineCollector(worker.metrics, model_name, live=self._live_state, runtime=runtime))
 
     def _live_state(self) -> LiveState | None:
         if not self.worker.alive:

@@ -158,8 +158,10 @@ def _sampling_params(body: dict, max_tokens: int | None) -> SamplingParams:
     ignore_eos = body.get("ignore_eos", False)
     if not isinstance(ignore_eos, bool):
         raise bad_request("'ignore_eos' must be true or false", "ignore_eos")
+    min_tokens = _number(body, "min_tokens", integer=True, default=0)  # vLLM's: EOS is banned until then
     params = SamplingParams(
-        max_tokens=max_tokens or 1,
+        max_tokens=max_tokens or max(1, min_tokens),
+        min_tokens=min_tokens,
         temperature=float(temperature),
         top_p=float(top_p),
         top_k=top_k,

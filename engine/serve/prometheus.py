@@ -62,6 +62,10 @@ class _Histogram:
         return family
 
 
+def _label(value: object) -> str:
+    return ", ".join(map(str, value)) if isinstance(value, list) else str(value)
+
+
 class EngineCollector(Collector):
     """Reads a MetricsRecorder at scrape time. Histograms accumulate the token records that arrived since the
     previous scrape (the recorder's ring buffer holds 64k tokens, far more than arrive between two scrapes).
@@ -72,8 +76,11 @@ class EngineCollector(Collector):
         recorder: MetricsRecorder,
         model_name: str,
         live: Callable[[], LiveState | None] | None = None,
+        runtime: dict[str, object] | None = None,
     ) -> None:
+        """runtime: the engine's record of what runs (engine/core/runtime.py), exposed as an info metric."""
         self.recorder = recorder
+        self.runtime = runtime
         self.model_name = model_name
         self.live = live
         self._lock = threading.Lock()
@@ -156,3 +163,26 @@ class EngineCollector(Collector):
             yield self._itl.family(
                 "vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", labels
             )
+            yield from self._engine_info(totals)
+
+    def _engine_info(self, totals) -> Iterator[Metric]:
+        """What runs (formats, kernels, the fast path's check), and the prefill stall the streams saw."""
+        if self.runtime is not None:
+            keys = sorted(self.runtime)
+            info = GaugeMetricFamily(
+                "inference_studio_engine_info",
+                "What the engine runs: device, formats, kernels, the fast path and its check (value always 1).",
+                labels=["model_name", *keys],
+            )
+            values = [
+                ", ".join(map(str, v)) if isinstance(v, list) else str(v) for v in (self.runtime[k] for k in keys)
+            ]
+            info.add_metric([self.model_name, *values], 1)
+            yield info
+        stall = CounterMetricFamily(
+            "inference_studio_prefill_stall_seconds",
+            "Time decoding streams waited because a step also prefilled prompts (summed over steps).",
+            labels=["model_name"],
+        )
+        stall.add_metric([self.model_name], totals.prefill_stall_s)
+        yield stall

@@ -8,8 +8,9 @@ import pytest
 @pytest.fixture(scope="session")
 def tiny_loaded(tiny_model_dir):
     from engine.load.loader import load_model
+    from engine.load.options import LoadOptions
 
-    return load_model(str(tiny_model_dir))
+    return load_model(str(tiny_model_dir), LoadOptions(dtype="float32"))  # token-exact checks pin float32
 
 
 @pytest.fixture

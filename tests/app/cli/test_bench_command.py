@@ -16,8 +16,8 @@ def test_bench_writes_table_json_and_plot(capsys, tiny_model_dir: Path, tmp_path
     )  # fmt: skip
     out = capsys.readouterr().out
     assert code == 0
-    assert "## single" in out and "| engine |" in out and "| hf-static-batch |" in out
-    assert "engine vs hf-static-batch: throughput_x" in out
+    assert "## single" in out and "| engine-thread |" in out and "| hf-static-batch |" in out
+    assert "engine-thread vs hf-static-batch: throughput_x" in out
     record = json.loads(record_path.read_text())
     assert set(record["workloads"]) == {"single", "shared-prefix"}
     assert record["command"].startswith("inference-studio bench")

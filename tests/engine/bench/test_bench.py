@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 
 from engine.bench import report
 from engine.bench.results import RequestTiming, SystemResult, kv_waste
-from engine.bench.runner import run_benchmark
+from engine.bench.runner import BenchPlan, run_benchmark
 from engine.bench.workloads import WORKLOADS, build
 from engine.core.metrics import StepRecord
 
@@ -71,12 +72,16 @@ def test_every_system_makes_the_same_tokens_and_the_record_is_json(tiny_loaded) 
         assert not row.get("skipped"), row
         assert row["output_tokens"] == expected, row["system"]
     engine = chat["systems"][0]
-    assert engine["system"] == "engine" and 0 <= engine["kv_waste"] < 1 and engine["preemptions"] == 0
+    assert engine["system"] == "engine-thread" and engine["via"] == "thread"  # where users run it, by default
+    assert 0 <= engine["kv_waste"] < 1 and engine["preemptions"] == 0
+    assert engine["runtime"]["forward"] == "lean Llama-family forward"  # the record of what ran
     assert set(chat["ratios"]) == {"hf-generate-sequential", "hf-static-batch", "hf-generate-batch"}
-    assert chat["same_tokens_as"]["hf-generate-sequential"] == 1.0  # greedy, EOS ignored: identical tokens
+    # greedy, EOS banned in both until max tokens: identical tokens
+    assert chat["same_tokens_as"]["hf-generate-sequential"] == 1.0
+    assert chat["same_tokens_as"]["hf-static-batch"] == 1.0
     shared = record["workloads"]["shared-prefix"]
     names = [r["system"] for r in shared["systems"]]
-    assert names[:2] == ["engine", "engine-no-prefix-cache"]
+    assert names[:2] == ["engine-thread", "engine-no-prefix-cache"]
     cached, uncached = shared["systems"][0], shared["systems"][1]
     assert cached["prefill_tokens"] < uncached["prefill_tokens"] and cached["prefix_hit_rate"] > 0.5
     json.dumps(record)
@@ -87,7 +92,11 @@ def test_repeat_runs_every_system_in_rounds_and_keeps_its_median_run(tiny_loaded
     record = run_benchmark(tiny_loaded, ["single"], ["static"], scale=0.1, repeat=3, progress=seen.append)
     single = record["workloads"]["single"]
     # interleaved rounds: engine, static, engine, static, ... (after the warm-up message)
-    assert [m.split(": ")[1].split(" (")[0] for m in seen[1:]] == ["engine", "static"] * 3
+    labels = [
+        m.split(": ")[1].removesuffix(f" (round {n} of 3)")
+        for n, m in ((i // 2 + 1, m) for i, m in enumerate(seen[1:]))
+    ]
+    assert labels == ["engine (its thread)", "static"] * 3
     assert single["repeat"] == 3
     for row in single["systems"]:
         runs = single["tokens_per_s_runs"][row["system"]]
@@ -107,3 +116,30 @@ def test_median_run_is_a_real_run() -> None:
     assert _median_run(runs) is runs[2]
     skipped = SystemResult("llama-cpp-python", 0, [], skipped="not installed")
     assert _median_run([skipped]) is skipped
+
+
+def test_the_engine_on_its_thread_and_on_the_main_thread_make_the_same_tokens(tiny_loaded) -> None:
+    record = run_benchmark(tiny_loaded, ["chat16"], [], scale=0.1, plan=BenchPlan(vias=("thread", "main")))
+    chat = record["workloads"]["chat16"]
+    assert [r["system"] for r in chat["systems"]] == ["engine-thread", "engine-main"]
+    assert chat["same_tokens_as"]["engine-main"] == 1.0
+    assert set(chat["ratios"]["engine-main"]) >= {"throughput_x", "itl_p99_better_x"}
+    assert all(r["output_tokens"] == chat["output_tokens"] for r in chat["systems"])
+
+
+def test_the_server_path_drives_inference_studio_serve_with_a_streaming_client(tiny_loaded, tiny_model_dir) -> None:
+    serve = [sys.executable, "-m", "app", "serve", "--model", str(tiny_model_dir)]
+    plan = BenchPlan(vias=("server", "thread"), serve_command=serve, threads=1)
+    record = run_benchmark(tiny_loaded, ["chat16"], ["llama-cpp-server"], scale=0.1, plan=plan)
+    chat = record["workloads"]["chat16"]
+    server, _thread, llama = chat["systems"]
+    assert server["system"] == "engine-server" and server["via"] == "server"
+    assert server["output_tokens"] == chat["output_tokens"] and server["ttft_p50_s"] > 0
+    assert chat["same_tokens_as"]["engine-thread"] == 1.0  # the same replies, token for token (as text)
+    assert llama["skipped"]  # not a GGUF model (and xllamacpp may be missing): said, not faked
+
+
+def test_a_chunked_stream_is_timed_per_chunk_and_counted_by_usage() -> None:
+    timing = RequestTiming(arrival=1.0, token_times=[1.5, 2.0], tokens=3)  # 3 tokens in 2 chunks
+    result = SystemResult("server", 1.0, [timing])
+    assert result.output_tokens == 3 and result.summary()["tokens_per_s"] == 3.0

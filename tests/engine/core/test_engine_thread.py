@@ -91,3 +91,66 @@ def test_shutdown_cancels_running_requests(make_engine) -> None:
     worker.shutdown()
     assert not worker.alive and time.monotonic() - started < 10
     assert handle.result(timeout=1).finish_reason == "abort"
+
+
+# ---- OpenMP: the engine thread computes like the thread that built the engine --------------------------------
+def _openmp_or_skip():
+    from engine.core import openmp
+
+    if openmp.thread_max_threads() is None:
+        pytest.skip("torch does not run on GNU OpenMP here")
+    return openmp
+
+
+def test_the_engine_thread_uses_the_callers_torch_thread_count(make_engine) -> None:
+    """OpenMP thread counts are per thread; oneDNN reads this thread's own, not torch.set_num_threads."""
+    import torch
+
+    from engine.core.engine_thread import EngineThread
+
+    openmp = _openmp_or_skip()
+    box: list[int | None] = []
+    fresh = threading.Thread(target=lambda: box.append(openmp.thread_max_threads()))
+    fresh.start()
+    fresh.join()
+    wanted = 1 if box[0] != 1 else 2  # differs from what a new thread starts with
+    previous = torch.get_num_threads()
+    torch.set_num_threads(wanted)
+    try:
+        with EngineThread(make_engine()) as worker:
+            inside = worker.call(lambda engine: openmp.thread_max_threads()).result(timeout=10)
+    finally:
+        torch.set_num_threads(previous)
+    assert inside == wanted
+
+
+def test_starting_the_engine_thread_releases_the_callers_openmp_pool(make_engine) -> None:
+    """Two OpenMP pools (the loader's and the engine thread's) make libgomp throttle both: one must go."""
+    import os
+
+    import torch
+
+    from engine.core.engine_thread import EngineThread
+
+    openmp = _openmp_or_skip()
+
+    def tasks() -> set[str]:
+        return set(os.listdir("/proc/self/task"))
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        engine = make_engine()
+        openmp.release_thread_pool()
+        before = tasks()
+        torch.ones(1 << 20).add_(1)  # a parallel region: this thread gets its own worker threads
+        pool = tasks() - before
+        assert pool, "libgomp made no worker thread for this thread"
+        with EngineThread(engine) as worker:
+            worker.call(lambda engine: torch.ones(1 << 20).add_(1)).result(timeout=10)
+            deadline = time.monotonic() + 5
+            while pool & tasks() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert not pool & tasks()
+    finally:
+        torch.set_num_threads(previous)

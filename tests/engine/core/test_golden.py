@@ -65,8 +65,12 @@ def test_eight_prompts_together_match_transformers(embedded_model, prompt_ids, r
 @pytest.mark.parametrize("prefix_caching", [True, False], ids=["prefix-cache", "no-prefix-cache"])
 def test_match_under_preemption(embedded_model, prompt_ids, references, prefix_caching: bool) -> None:
     # 60 pages of 16 tokens: less than the 8 prompts plus their replies need at once; a 512-token step budget
-    # admits them quickly enough that their replies outgrow the pool (a smaller one staggers them)
-    _, requests = run_all(embedded_model, prompt_ids, kv_pages=60, prefix_caching=prefix_caching, max_step_tokens=512)
+    # without a prefill time budget admits them quickly enough that their replies outgrow the pool (a smaller or
+    # time-limited one staggers them)
+    _, requests = run_all(
+        embedded_model, prompt_ids, kv_pages=60, prefix_caching=prefix_caching, max_step_tokens=512,
+        prefill_budget_s=None,
+    )  # fmt: skip
     assert sum(r.preemptions for r in requests) > 0
     assert [r.output_ids for r in requests] == references
 

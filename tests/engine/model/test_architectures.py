@@ -12,6 +12,7 @@ from engine.core.config import EngineConfig
 from engine.core.engine import Engine
 from engine.errors import UnsupportedOptionError
 from engine.load.loader import load_model
+from engine.load.options import LoadOptions
 from engine.types import SamplingParams
 from tests.helpers import make_tiny_tokenizer, reference_greedy, run_to_completion
 
@@ -59,7 +60,8 @@ def architectures():
 @pytest.mark.parametrize("name", ["qwen2", "qwen3", "mistral-sliding", "gemma"])
 def test_greedy_tokens_match_transformers(tmp_path: Path, name: str) -> None:
     config_class, model_class, extra = architectures()[name]
-    loaded = load_model(str(save_tiny(tmp_path / name, config_class, model_class, **extra)))
+    folder = save_tiny(tmp_path / name, config_class, model_class, **extra)
+    loaded = load_model(str(folder), LoadOptions(dtype="float32"))
     engine = Engine(loaded, EngineConfig(kv_pages=32, page_size=4))
     prompts = [[5, 9, 13, 40, 41, 42, 77, 100, 101, 102, 103, 7, 8, 200, 201], [6, 7], [50 + i for i in range(23)]]
     requests = [engine.add_request(p, SamplingParams(max_tokens=12, ignore_eos=True)) for p in prompts]
@@ -75,6 +77,6 @@ def test_a_model_without_the_attention_interface_is_refused_by_name(tmp_path: Pa
     BloomForCausalLM(BloomConfig(vocab_size=len(tokenizer), hidden_size=32, n_layer=1, n_head=2)).save_pretrained(
         tmp_path
     )
-    loaded = load_model(str(tmp_path))
+    loaded = load_model(str(tmp_path), LoadOptions(dtype="float32"))
     with pytest.raises(UnsupportedOptionError, match="BloomForCausalLM does not dispatch attention"):
         Engine(loaded, EngineConfig(kv_pages=8))

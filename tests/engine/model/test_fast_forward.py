@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from engine.load.options import LoadOptions
 from engine.model import fast_forward
 from engine.model.reference import transformers_mode
 
@@ -13,7 +14,7 @@ from engine.model.reference import transformers_mode
 def fresh_tiny(tiny_model_dir):
     from engine.load.loader import load_model
 
-    return load_model(str(tiny_model_dir)).model
+    return load_model(str(tiny_model_dir), LoadOptions(dtype="float32")).model
 
 
 @pytest.mark.parametrize("pack", [False, True])
@@ -23,7 +24,8 @@ def test_lean_forward_agrees_with_transformers(fresh_tiny, pack: bool) -> None:
     with torch.inference_mode():
         before = model(input_ids=ids).logits
     fast = fast_forward.FastForward(model, pack=pack)
-    assert fast_forward._agrees(model, fast)
+    check = fast_forward.check_against_transformers(model, fast)
+    assert check.passed and check.max_rel_error < 1e-4
     with torch.inference_mode(), transformers_mode(model):
         # unpacked fusion re-points the model's own weights at slices of the fused ones: nothing changes
         assert torch.allclose(model(input_ids=ids).logits, before, atol=1e-6)
@@ -33,7 +35,7 @@ def test_fused_weights_are_shared_not_copied(fresh_tiny) -> None:
     model = fresh_tiny
     fast = fast_forward.FastForward(model, pack=False)
     attention = model.model.layers[0].self_attn
-    fused = fast.layers[0].qkv.weight
+    fused = fast.linears["float32"].layers[0][0].weight  # layer 0's qkv
     assert attention.q_proj.weight.data_ptr() == fused.data_ptr()
     assert attention.k_proj.weight.data_ptr() == fused[attention.q_proj.out_features :].data_ptr()
 
@@ -53,3 +55,15 @@ def test_other_architectures_keep_the_transformers_forward() -> None:
         num_key_value_heads=1, head_dim=16,
     )  # fmt: skip
     assert "qwen3" in fast_forward.unsupported_reason(Qwen3ForCausalLM(config))
+
+
+def test_the_check_covers_decode_over_cached_pages(fresh_tiny, monkeypatch) -> None:
+    """A fault only in decode attention (a prefill-only check would miss it) turns the lean forward off."""
+    from engine.model import attention
+
+    real = attention._decode_attention
+    monkeypatch.setattr(attention, "_decode_attention", lambda *args: real(*args) * 0.5)
+    assert fast_forward.build(fresh_tiny) is None
+    rejected = fast_forward.rejected_check(fresh_tiny)
+    assert rejected is not None and not rejected.passed and rejected.max_rel_error > rejected.tolerance
+    assert "decode 2 over cached pages" in rejected.stages and "seed 0" in rejected.stages

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from engine.load.options import LoadOptions
 from engine.model import patches
 from engine.model.reference import transformers_mode
 
@@ -17,7 +18,7 @@ def logits(model, ids: torch.Tensor) -> torch.Tensor:
 def test_optimized_model_computes_the_same_logits(tiny_model_dir) -> None:
     from engine.load.loader import load_model
 
-    loaded = load_model(str(tiny_model_dir))
+    loaded = load_model(str(tiny_model_dir), LoadOptions(dtype="float32"))
     model = loaded.model
     ids = torch.tensor([[5, 17, 42, 99, 7, 3]])
     before = logits(model, ids)
@@ -38,7 +39,7 @@ def test_optimized_model_computes_the_same_logits(tiny_model_dir) -> None:
 def test_projection_stand_ins_fall_back_when_called_out_of_order(tiny_model_dir) -> None:
     from engine.load.loader import load_model
 
-    attention = load_model(str(tiny_model_dir)).model.model.layers[0].self_attn
+    attention = load_model(str(tiny_model_dir), LoadOptions(dtype="float32")).model.model.layers[0].self_attn
     q, k, v = attention.q_proj, attention.k_proj, attention.v_proj
     fused = patches.FusedQKV(q, k, v, pack=False)
     x = torch.randn(2, q.in_features)
@@ -53,7 +54,7 @@ def test_transformers_mode_restores_attention_and_modules(tiny_model_dir) -> Non
     from engine.load.loader import load_model
     from engine.model.runner import prepare_model
 
-    model = load_model(str(tiny_model_dir)).model
+    model = load_model(str(tiny_model_dir), LoadOptions(dtype="float32")).model
     prepare_model(model)
     patches.optimize(model)  # the patch path, used for architectures without the lean forward
     assert model.config._attn_implementation == "studio_paged"

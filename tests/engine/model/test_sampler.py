@@ -91,3 +91,21 @@ def test_same_seed_same_tokens_whatever_the_batch() -> None:
 def test_invalid_values_are_rejected(params: SamplingParams, message: str) -> None:
     with pytest.raises(InvalidRequestError, match=message):
         params.validate()
+
+
+def test_min_tokens_bans_eos_and_stop_tokens_until_reached() -> None:
+    from engine.core.request import Request
+    from engine.model.sampler import Sampler
+
+    logits = torch.tensor([[0.0, 5.0, 1.0, 4.0], [0.0, 5.0, 1.0, 4.0]])
+    short = Request("a", [0], SamplingParams(max_tokens=4, min_tokens=2, stop_token_ids=(3,)))
+    done = Request("b", [0], SamplingParams(max_tokens=4, min_tokens=2, stop_token_ids=(3,)))
+    done.output_ids = [2, 2]
+    sampler = Sampler(eos_ids={1})
+    # 1 (EOS) and 3 (a stop token) may not end the short reply: the best token left is 2
+    assert sampler.sample(logits, [short, done]) == [2, 1]
+
+
+def test_min_tokens_must_fit_in_max_tokens() -> None:
+    with pytest.raises(InvalidRequestError, match="min tokens"):
+        SamplingParams(max_tokens=4, min_tokens=5).validate()

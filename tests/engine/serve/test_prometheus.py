@@ -50,3 +50,18 @@ def test_live_state_wins_over_the_last_step(make_engine) -> None:
     metrics = scrape(collector)
     assert metrics["vllm:num_requests_running"] == 2 and metrics["vllm:num_requests_waiting"] == 5
     assert metrics["vllm:kv_cache_usage_perc"] == 0.25
+
+
+def test_the_record_of_what_runs_is_an_info_metric(make_engine) -> None:
+    engine = make_engine()
+    collector = EngineCollector(engine.metrics, "tiny", runtime=engine.runtime_record())
+    registry = CollectorRegistry()
+    registry.register(collector)
+    families = {f.name: f for f in text_string_to_metric_families(generate_latest(registry).decode())}
+    (sample,) = families["inference_studio_engine_info"].samples
+    assert sample.value == 1 and sample.labels["model_name"] == "tiny"
+    assert sample.labels["forward"] == "lean Llama-family forward"
+    assert sample.labels["fast_path_check"].startswith("agrees with transformers")
+    assert "fused QKV" in sample.labels["kernels"] and sample.labels["weights"] == "float32"
+    (stall,) = families["inference_studio_prefill_stall_seconds"].samples
+    assert stall.value == 0

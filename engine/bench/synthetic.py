@@ -1,0 +1,169 @@
+"""Random-weight models with the shapes of real ones (speed does not depend on the values), written as a Hugging
+Face folder and as a GGUF file with the same weights, so the engine, transformers and llama.cpp run the same model.
+
+Tensors are generated and written one at a time (never a whole model in memory), numpy and gguf only."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from engine.bench.synthetic_gguf import write_gguf
+from engine.load.gguf_cache import converted_folder
+from engine.load.model_source import embedded_gguf_path
+from engine.paths import cache_dir
+
+VOCAB = 49152  # SmolLM2's tokenizer, copied in: prompts tokenize as they do for the embedded model
+FORMAT = 1  # bump when what is written changes, so cached models are rewritten
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A Qwen2 decoder: tied embeddings, QKV biases, grouped-query attention."""
+
+    name: str
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    intermediate: int
+    real: str  # the real model whose shape this is
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+
+SHAPES = {
+    s.name: s
+    for s in (
+        Shape("qwen2-0.5b", 896, 24, 14, 2, 4864, "Qwen2.5-0.5B (vocabulary 49152, so 0.40B parameters)"),
+        Shape("qwen2-1.5b", 1536, 28, 12, 2, 8960, "Qwen2.5-1.5B (vocabulary 49152, so 1.39B parameters)"),
+        Shape("qwen2-tiny", 256, 2, 4, 2, 512, "none: a few MB, for tests"),
+    )
+}
+
+
+def config(shape: Shape) -> dict:
+    return {
+        "architectures": ["Qwen2ForCausalLM"],
+        "model_type": "qwen2",
+        "hidden_size": shape.hidden,
+        "intermediate_size": shape.intermediate,
+        "num_hidden_layers": shape.layers,
+        "num_attention_heads": shape.heads,
+        "num_key_value_heads": shape.kv_heads,
+        "head_dim": shape.head_dim,
+        "vocab_size": VOCAB,
+        "max_position_embeddings": 32768,
+        "rope_theta": 1e6,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 1e6},
+        "rms_norm_eps": 1e-6,
+        "hidden_act": "silu",
+        "tie_word_embeddings": True,
+        "use_sliding_window": False,
+        "sliding_window": None,
+        "max_window_layers": shape.layers,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "pad_token_id": 2,
+        "dtype": "bfloat16",
+    }
+
+
+def tensor_specs(shape: Shape) -> list[tuple[str, tuple[int, ...]]]:
+    """Every tensor in file order (tied embeddings: no lm_head)."""
+    h, q, kv = shape.hidden, shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim
+    specs: list[tuple[str, tuple[int, ...]]] = [("model.embed_tokens.weight", (VOCAB, h))]
+    for i in range(shape.layers):
+        p = f"model.layers.{i}."
+        specs += [
+            (p + "input_layernorm.weight", (h,)),
+            (p + "self_attn.q_proj.weight", (q, h)),
+            (p + "self_attn.k_proj.weight", (kv, h)),
+            (p + "self_attn.v_proj.weight", (kv, h)),
+            (p + "self_attn.q_proj.bias", (q,)),
+            (p + "self_attn.k_proj.bias", (kv,)),
+            (p + "self_attn.v_proj.bias", (kv,)),
+            (p + "self_attn.o_proj.weight", (h, q)),
+            (p + "post_attention_layernorm.weight", (h,)),
+            (p + "mlp.gate_proj.weight", (shape.intermediate, h)),
+            (p + "mlp.up_proj.weight", (shape.intermediate, h)),
+            (p + "mlp.down_proj.weight", (h, shape.intermediate)),
+        ]
+    specs.append(("model.norm.weight", (h,)))
+    return specs
+
+
+def tensor(name: str, dims: tuple[int, ...], seed: int = 0) -> np.ndarray:
+    """float32; the same name and seed give the same values (each tensor has its own generator)."""
+    if name.endswith("layernorm.weight") or name == "model.norm.weight":
+        return np.ones(dims, np.float32)
+    rng = np.random.default_rng(int.from_bytes(hashlib.sha256(f"{seed}:{name}".encode()).digest()[:8], "little"))
+    return rng.standard_normal(dims, dtype=np.float32) * np.float32(0.02)
+
+
+def to_bfloat16_bits(x: np.ndarray) -> np.ndarray:
+    """Round to nearest even, as torch does."""
+    bits = x.astype(np.float32, copy=False).view(np.uint32)
+    return ((bits + (np.uint32(0x7FFF) + ((bits >> 16) & np.uint32(1)))) >> 16).astype(np.uint16)
+
+
+def write_folder(shape: Shape, folder: Path) -> None:
+    """config.json, model.safetensors (bfloat16, streamed: header first, then tensor after tensor), tokenizer."""
+    folder.mkdir(parents=True, exist_ok=True)
+    specs = tensor_specs(shape)
+    header: dict = {}
+    offset = 0
+    for name, dims in specs:
+        size = int(np.prod(dims)) * 2
+        header[name] = {"dtype": "BF16", "shape": list(dims), "data_offsets": [offset, offset + size]}
+        offset += size
+    header["__metadata__"] = {"format": "pt"}
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)
+    with (folder / "model.safetensors").open("wb") as out:
+        out.write(struct.pack("<Q", len(raw)))
+        out.write(raw)
+        for name, dims in specs:
+            to_bfloat16_bits(tensor(name, dims)).tofile(out)
+    (folder / "config.json").write_text(json.dumps(config(shape), indent=1))
+    generation = {"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 2, "do_sample": False}
+    (folder / "generation_config.json").write_text(json.dumps(generation))
+    tokenizer_folder, _ = converted_folder(embedded_gguf_path())
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json"):
+        if (tokenizer_folder / name).exists():
+            shutil.copy(tokenizer_folder / name, folder / name)
+
+
+@dataclass(frozen=True)
+class SyntheticModel:
+    shape: Shape
+    folder: Path  # the Hugging Face folder (bfloat16 weights)
+    gguf: Path  # the same weights as Q4_1, the embedded model's format
+
+    @property
+    def parameters(self) -> int:
+        return sum(int(np.prod(dims)) for _, dims in tensor_specs(self.shape))
+
+
+def synthetic_model(name: str, root: Path | None = None, progress=None) -> SyntheticModel:
+    """The model called `name`, written under the cache the first time (seconds for 0.5B, about a minute for 1.5B)."""
+    shape = SHAPES[name]
+    base = (root or cache_dir() / "synthetic") / f"{name}-v{FORMAT}"
+    model = SyntheticModel(shape, base / "hf", base / f"{name}-q4_1.gguf")
+    done = base / "written.json"
+    if not done.exists():
+        if progress:
+            progress(f"writing the random-weight {name} model ({shape.real}) as a folder and a GGUF file")
+        shutil.rmtree(base, ignore_errors=True)
+        write_folder(shape, model.folder)
+        write_gguf(model.folder, model.gguf, embedded_gguf_path())
+        done.write_text(json.dumps({"shape": name, "format": FORMAT, "parameters": model.parameters}))
+    return model

@@ -1,0 +1,59 @@
+"""Weight formats: the fastest per batch size, measured; bfloat16 copies only where the user left the dtype free."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from engine.model import formats
+from engine.model.formats import BFLOAT16, FLOAT32, FormatChoice, FormattedLinear, measure
+
+
+def test_each_bucket_takes_the_format_measured_fastest() -> None:
+    def slow_when(big: bool):
+        return lambda rows: time.sleep(0.004 if (rows > 4) == big else 0.0005)
+
+    choice = measure({FLOAT32: slow_when(False), BFLOAT16: slow_when(True)}, buckets=(1, 4, 16))
+    assert choice.chosen == {1: BFLOAT16, 4: BFLOAT16, 16: FLOAT32}
+    assert choice.format_for(1) == BFLOAT16 and choice.format_for(3) == BFLOAT16
+    assert choice.format_for(5) == FLOAT32 and choice.format_for(512) == FLOAT32  # past the last: the last
+    assert "1 row: bfloat16" in choice.describe() and "measured ms per pass" in choice.describe()
+
+
+def test_a_formatted_linear_computes_the_float32_linear_in_bfloat16() -> None:
+    if not formats.bfloat16_usable(torch.device("cpu")):
+        pytest.skip("no oneDNN bfloat16 here")
+    linear = torch.nn.Linear(64, 32)
+    formatted = FormattedLinear(linear.weight, linear.bias, BFLOAT16)
+    x = torch.randn(5, 64)
+    with torch.inference_mode():
+        out, expected = formatted(x), linear(x)
+    assert out.dtype == torch.float32 and out.shape == (5, 32)
+    assert torch.allclose(out, expected, atol=0.05, rtol=0.02)
+
+
+def test_only_an_automatic_dtype_lets_the_engine_pick_formats(tiny_model_dir) -> None:
+    from engine.core.engine import Engine, weight_formats
+    from engine.load.loader import load_model
+    from engine.load.options import LoadOptions
+
+    pinned = load_model(str(tiny_model_dir), LoadOptions(dtype="float32"))
+    assert weight_formats(pinned) == ()
+    auto = load_model(str(tiny_model_dir))
+    if not formats.bfloat16_usable(torch.device("cpu")):
+        assert weight_formats(auto) == ()
+        return
+    assert weight_formats(auto) == (FLOAT32, BFLOAT16)
+    engine = Engine(auto)
+    choice: FormatChoice = engine.runner.fast.choice
+    assert set(choice.timings_ms) == {FLOAT32, BFLOAT16} and set(choice.chosen) == set(formats.BUCKETS)
+    assert engine.runtime_record()["weight_formats"] == choice.describe()
+    from engine.types import SamplingParams
+
+    engine.add_request([5, 6, 7], SamplingParams(max_tokens=3, min_tokens=3))
+    while engine.has_unfinished:
+        engine.step()
+    steps = engine.metrics.snapshot().steps
+    assert {s.weight_format for s in steps} <= choice.formats and all(s.weight_format for s in steps)
