@@ -47,6 +47,12 @@ class StudioStatusBar(QStatusBar):
         self.device.setText(device)
         self.precision.setText(dtype if quantization in ("", "none") else f"{dtype} · {quantization}")
 
+    def set_runtime(self, summary: str, details: str) -> None:
+        """What the engine computes in (e.g. 'float32 · layers bfloat16'), with the whole record as the tooltip."""
+        self.precision.setText(summary)
+        self.precision.setToolTip(details)
+        self.model.setToolTip(f"{self.model.toolTip()}\n{details}".strip())
+
     def set_engine_state(self, pages_used: int, pages_total: int, running: int, waiting: int) -> None:
         self.pages.setRange(0, max(1, pages_total))
         self.pages.setValue(min(pages_used, max(1, pages_total)))

@@ -9,6 +9,7 @@ from app.chat.tabs import ChatTabs
 from app.hosting.engine_bridge import EngineBridge
 from app.hosting.picker_advisor import EngineAdvisor
 from app.window.settings import StudioSettings
+from engine.core.runtime import describe as describe_runtime
 from engine.load.loader import ModelInfo
 from widgets.model.choice import ModelChoice
 from widgets.model.picker import ModelPickerDialog
@@ -100,6 +101,14 @@ class ModelSwitcher(QObject):
     def _on_model_changed(self, info: ModelInfo) -> None:
         self._status.set_model(info.name, info.device, info.dtype, info.quantization)
         self._status.model.setToolTip(info.description)
+        thread = self._bridge.thread
+        if thread is not None:
+            record = thread.engine.runtime_record()  # plain values, fixed once the engine is built
+            summary = self._status.precision.text()
+            layers = [f for f in record["layer_formats"] if f != info.dtype]
+            if layers:
+                summary += f" · layers {', '.join(layers)}"
+            self._status.set_runtime(summary, describe_runtime(record))
         self._window.setWindowTitle(f"Inference Studio — {info.name}")
         if self._notice.text.startswith("The new model"):
             self._notice.dismiss()

@@ -21,6 +21,7 @@ def runtime_record(engine) -> dict[str, object]:
         "forward": "lean Llama-family forward" if fast is not None else "transformers forward, paged attention",
         "fast_path_check": check.describe() if check is not None else "not run",
         "weight_formats": fast.choice.describe() if fast is not None else loaded.info.dtype,
+        "layer_formats": sorted(fast.choice.formats) if fast is not None else [loaded.info.dtype],
         "kernels": list(engine.kernels),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "torch": torch.__version__,

@@ -45,3 +45,13 @@ def test_the_settings_dialog_edits_the_engine_settings(qtbot, studio_home) -> No
     dialog.prefix_caching.setChecked(False)
     engine = dialog.values().engine
     assert (engine.page_size, engine.max_running, engine.max_step_tokens, engine.prefix_caching) == (32, 7, 128, False)
+
+
+def test_the_status_bar_shows_what_the_engine_runs(qtbot, make_window) -> None:
+    window = make_window()
+    record = window.bridge.thread.engine.runtime_record()
+    details = window.status.precision.toolTip()
+    assert record["forward"] in details and record["fast_path_check"] in details
+    assert window.status.precision.text().startswith(record["weights"])
+    if record["layer_formats"] != [record["weights"]]:
+        assert "layers" in window.status.precision.text()
