@@ -16,7 +16,12 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--model", default=None, help="embedded default, HF folder, .gguf file or hub repo id")
     # validated by the loader rather than argparse, so a wrong value gets one clear line, not a usage dump
     group.add_argument("--dtype", default="auto", help=f"one of {', '.join(DTYPES)}")
-    group.add_argument("--quant", default="none", help=f"bitsandbytes weight quantization: {', '.join(QUANTIZATIONS)}")
+    group.add_argument(
+        "--quant",
+        default="none",
+        help=f"weight quantization: {', '.join(QUANTIZATIONS)} (int8/int4 on a CPU: the engine's kernels, used for the "
+        "batch sizes where they are measured faster; nf4/fp4: bitsandbytes)",
+    )
     group.add_argument("--device", default="auto", help=f"one of {', '.join(DEVICES)}")
 
 
@@ -36,6 +41,18 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
         "--max-step-tokens", type=int, default=None, help="token budget of one step (default: 256 on CPU, 2048 on GPU)"
     )
     group.add_argument("--no-prefix-cache", action="store_true", help="turn prefix caching off")
+    group.add_argument(
+        "--prefill-budget-ms",
+        type=float,
+        default=defaults.prefill_budget_s * 1e3 if defaults.prefill_budget_s else 0,
+        help="time a step may spend prefilling while other replies stream (0: the token budget alone)",
+    )
+    group.add_argument(
+        "--no-speculative", action="store_true", help="turn speculative decoding (prompt-lookup drafts) off"
+    )
+    group.add_argument(
+        "--draft-max", type=int, default=defaults.draft_max, help=f"longest draft (default {defaults.draft_max})"
+    )
 
 
 def load_options_from(args: argparse.Namespace) -> LoadOptions:
@@ -50,6 +67,9 @@ def engine_config_from(args: argparse.Namespace) -> EngineConfig:
         max_running=args.max_running,
         max_step_tokens=args.max_step_tokens,
         prefix_caching=not args.no_prefix_cache,
+        prefill_budget_s=args.prefill_budget_ms / 1e3 if args.prefill_budget_ms > 0 else None,
+        speculative=not args.no_speculative,
+        draft_max=args.draft_max,
     )
 
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from engine.credentials import hub_token
 from engine.errors import UnsupportedOptionError
 from engine.load import options
+from engine.load.decode_probe import compare_note
 from engine.load.estimate import MemoryEstimate
 from engine.load.loader import estimate_for_spec
 from engine.load.memory import free_memory_bytes
@@ -48,8 +51,15 @@ class EngineAdvisor:
         return problem
 
     def estimate(self, choice: ModelChoice) -> MemoryEstimate:
+        """The memory estimate, and on a CPU what the chosen format does to decode speed, measured here on the
+        model's layer shapes (about a second; the picker calls this off the GUI thread)."""
         load_options = options.LoadOptions(dtype=choice.dtype, quantization=choice.quantization, device=choice.device)
-        return estimate_for_spec(choice.spec, load_options)
+        estimate = estimate_for_spec(choice.spec, load_options)
+        resolved = options.resolve_options(load_options)
+        if resolved.device == "cpu" and estimate.shape.hidden_size:
+            note = compare_note(estimate.shape, resolved.quantization, resolved.dtype_auto)
+            estimate = dataclasses.replace(estimate, decode_note=note)
+        return estimate
 
     def free_memory(self, device: str) -> tuple[int, str]:
         resolved = self._device(device) or "cpu"

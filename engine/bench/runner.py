@@ -27,6 +27,7 @@ BASELINES = ("sequential", "static", "generate-batch", "llama-cpp-server")
 # reasonable time; `--baselines all` runs everything everywhere. llama.cpp's server runs where it is installed.
 DEFAULT_BASELINES = {
     "single": ["sequential", "static", "generate-batch", "llama-cpp-server"],
+    "edit": ["sequential", "llama-cpp-server"],
     "chat16": ["sequential", "static", "generate-batch", "llama-cpp-server"],
     "chat64": ["static", "llama-cpp-server"],
     "shared-prefix": ["static", "llama-cpp-server"],
@@ -86,6 +87,9 @@ def _server_options(config: EngineConfig) -> list[str]:
         options += ["--max-step-tokens", str(config.max_step_tokens)]
     if not config.prefix_caching:
         options.append("--no-prefix-cache")
+    options += ["--prefill-budget-ms", str((config.prefill_budget_s or 0) * 1e3), "--draft-max", str(config.draft_max)]
+    if not config.speculative:
+        options.append("--no-speculative")
     return options
 
 

@@ -35,6 +35,16 @@ QUESTIONS = [
 ]  # fmt: skip
 
 
+EDIT_TEXT = (
+    "Fix the spelling and grammar in this paragraph and return the whole corrected paragraph, nothing else:\n\n"
+    "Our team have been working on the new release for severel weeks. The biggest change is a faster startup, "
+    "which we achived by loading the model in the background while the window apears. We also fixed a bug "
+    "where long chats would freese the window, and we made the history dialog easyer to search. Finally, "
+    "the dashboard now shows how many tokens each chat recieved per second, so you can see the efect of "
+    "batching for yourself. Please try it and tell us what you think of it."
+)
+
+
 @dataclass(frozen=True)
 class BenchRequest:
     prompt_ids: list[int]
@@ -82,6 +92,10 @@ def build(name: str, tokenizer, scale: float = 1.0) -> Workload:
 
     if name == "single":
         return Workload(name, "1 chat request, 128 new tokens", [BenchRequest(chat(chat_prompts(1)[0]), n(128))])
+    if name == "edit":
+        # one chat asking for an edit: the reply repeats most of its prompt (where prompt-lookup drafts pay)
+        request = BenchRequest(chat(EDIT_TEXT), n(128))
+        return Workload(name, "1 chat request to correct a paragraph (the reply repeats it), 128 new tokens", [request])
     if name == "chat16":
         reqs = [BenchRequest(chat(p), n(64)) for p in chat_prompts(16)]
         return Workload(name, "16 different chat prompts at once, 64 new tokens each", reqs)
@@ -109,4 +123,4 @@ def build(name: str, tokenizer, scale: float = 1.0) -> Workload:
     raise KeyError(name)
 
 
-WORKLOADS = ["single", "chat16", "chat64", "shared-prefix", "arrivals"]
+WORKLOADS = ["single", "edit", "chat16", "chat64", "shared-prefix", "arrivals"]

@@ -36,6 +36,11 @@ class EngineConfig:
     #: measured per model and machine as the engine runs (core/step_cost.py); None: the token budget alone
     prefill_budget_s: float | None = 0.1
     prefill_stall_ratio: float = 1.0
+    #: speculative decoding with prompt-lookup drafts, while at most speculative_max_batch requests decode (a few
+    #: rows cost a bandwidth-bound step almost nothing more; many rows do), drafts up to draft_max tokens
+    speculative: bool = True
+    speculative_max_batch: int = 4
+    draft_max: int = 8
     #: fused projections, fused RMSNorm and (CPU float32) prepacked weights; see engine/model/kernels.py and patches.py
     optimize: bool = True
     #: steps kept in the metrics ring buffer
@@ -54,6 +59,8 @@ class EngineConfig:
             raise UnsupportedOptionError(f"tokens per step must be at least 1, not {self.max_step_tokens}")
         if self.prefill_budget_s is not None and not 0 < self.prefill_budget_s <= 60:
             raise UnsupportedOptionError(f"the prefill time budget must be in (0, 60] s, not {self.prefill_budget_s}")
+        if not 0 <= self.draft_max <= 64 or self.speculative_max_batch < 0:
+            raise UnsupportedOptionError(f"draft length must be in [0, 64], not {self.draft_max}")
         if not 0 <= self.prefill_stall_ratio <= 100:
             raise UnsupportedOptionError(f"the prefill stall ratio must be in [0, 100], not {self.prefill_stall_ratio}")
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from engine.core.config import EngineConfig, step_tokens_for
+from engine.core.drafter import Drafter
 from engine.core.metrics import MetricsRecorder, PageMap, StepRecord
 from engine.core.outputs import OutputProcessor
 from engine.core.page_pool import PagePool
@@ -19,7 +20,7 @@ from engine.core.request import Request
 from engine.core.runtime import runtime_record
 from engine.core.scheduler import Scheduler, SchedulerOutput
 from engine.core.step_cost import StepCostModel
-from engine.errors import InvalidRequestError, PromptTooLongError
+from engine.errors import InvalidRequestError, PromptTooLongError, UnsupportedOptionError
 from engine.load.loader import LoadedModel
 from engine.model import formats
 from engine.model.attention import PagedKVCache
@@ -35,23 +36,36 @@ PAGE_MAP_INTERVAL_S = 0.1  # the dashboard reads at about 10 Hz
 
 @dataclass
 class StepRun:
-    """What the model did in one step: the requests that sampled, their tokens, or why it failed."""
+    """What the model did in one step: the requests that sampled, the tokens each gained (several where a draft
+    was accepted), or why it failed."""
 
     sampled: list[Request]
-    tokens: list[int]
+    tokens: list[list[int]]
     forward_s: float = 0.0
     weight_format: str = ""
+    draft_tokens: int = 0
+    accepted_tokens: int = 0
     error: str | None = None
 
 
 def weight_formats(loaded: LoadedModel) -> tuple[str, ...]:
-    """Formats the lean forward may use beside the model's own: bfloat16 copies for a float32 model on a CPU, when
-    the user left the dtype to the studio (an explicit dtype is honoured; token-exact checks pin float32)."""
+    """Formats the lean forward may use beside the model's own, the fastest per batch size measured at load: on a
+    CPU, bfloat16 copies when the user left the dtype to the studio, int8/int4 ones when they asked for those
+    (an explicit dtype without quantization is honoured: token-exact checks pin float32)."""
     options = loaded.options
-    float32_auto = options.dtype_auto and options.quantization == "none" and options.dtype == torch.float32
-    if float32_auto and formats.bfloat16_usable(torch.device(options.device)):
-        return (formats.FLOAT32, formats.BFLOAT16)
-    return ()
+    device = torch.device(options.device)
+    if options.dtype != torch.float32 or not (options.dtype_auto or options.engine_quantized):
+        return ()
+    candidates = [formats.BFLOAT16]
+    if options.engine_quantized:
+        if not formats.usable(options.quantization, device):
+            raise UnsupportedOptionError(
+                f"{options.quantization} needs torch's weight-only CPU kernel, which this torch build lacks; "
+                "choose bfloat16, or nf4 (bitsandbytes)"
+            )
+        candidates.append(options.quantization)
+    usable = [fmt for fmt in candidates if formats.usable(fmt, device)]
+    return (formats.FLOAT32, *usable) if usable else ()
 
 
 class Engine:
@@ -81,7 +95,8 @@ class Engine:
             config.prefill_budget_s or 0.0, config.prefill_stall_ratio, min_tokens=ps, max_tokens=config.max_step_tokens
         )
         budget = self.step_cost.prefill_token_budget if config.prefill_budget_s is not None else None
-        self.scheduler = Scheduler(config, self.pool, prefill_budget=budget)
+        drafter = Drafter(config.draft_max) if config.speculative and config.draft_max else None
+        self.scheduler = Scheduler(config, self.pool, prefill_budget=budget, drafter=drafter)
         self.metrics = MetricsRecorder(config.metrics_capacity)
         self.vocab_size = self.model.get_output_embeddings().weight.shape[0]
         text_config = self.model.config.get_text_config()
@@ -195,11 +210,14 @@ class Engine:
             if self.fault_injector is not None:
                 self.fault_injector(scheduled)
             result = self.runner.execute(scheduled.chunks)
+            chunks = result.sampling_chunks
+            sampled = [c.request for c in chunks]
+            tokens = self.sampler.sample(result.logits, sampled, [c.draft for c in chunks]) if sampled else []
+            accepted = {id(c): len(t) - 1 for c, t in zip(chunks, tokens, strict=True) if c.draft}
             for chunk in scheduled.chunks:
-                self.scheduler.commit(chunk)
-            sampled = [c.request for c in result.sampling_chunks]
-            tokens = self.sampler.sample(result.logits, sampled) if sampled else []
-            return StepRun(sampled, tokens, result.forward_s, result.weight_format)
+                self.scheduler.commit(chunk, accepted.get(id(chunk), 0))
+            drafted = sum(len(c.draft) for c in chunks)
+            return StepRun(sampled, tokens, result.forward_s, result.weight_format, drafted, sum(accepted.values()))
         except Exception as exc:
             log.exception("engine step %d failed", self.step_count)
             return StepRun([], [], error=f"the engine failed while running this request: {type(exc).__name__}: {exc}")
@@ -248,6 +266,8 @@ class Engine:
                 prefill_stall_s=stall,
                 prefill_budget=out.prefill_budget,
                 weight_format=run.weight_format,
+                draft_tokens=run.draft_tokens,
+                accepted_tokens=run.accepted_tokens,
                 admitted=tuple(r.request_id for r in out.admitted),
                 finished=tuple(e.request_id for e in events if e.finished),
                 preempted=tuple(r.request_id for r in out.preempted),

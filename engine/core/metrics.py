@@ -32,6 +32,8 @@ class StepRecord:
     prefill_stall_s: float = 0.0  # how much longer the decoding streams waited because of this step's prefill
     prefill_budget: int = 0  # prefill tokens the step was allowed beside its decode rows
     weight_format: str = ""  # the format the step's linears ran in (the fastest for its batch size)
+    draft_tokens: int = 0  # speculative tokens verified this step
+    accepted_tokens: int = 0  # of them, kept (each saved a decode step)
     admitted: tuple[str, ...] = ()
     finished: tuple[str, ...] = ()
     preempted: tuple[str, ...] = ()
@@ -53,6 +55,7 @@ class TokenRecord:
     time: float
     index: int  # 0 = first token (its latency is the TTFT)
     latency_s: float  # since the previous token, or since arrival for the first
+    drafted: bool = False  # an accepted speculative draft token (it came in the same step as the one before it)
 
 
 class PageMap:
@@ -118,6 +121,8 @@ class Totals:
     prefix_query_tokens: int = 0
     prefix_hit_tokens: int = 0
     prefill_stall_s: float = 0.0
+    draft_tokens: int = 0
+    accepted_tokens: int = 0
     requests_finished: int = 0
     requests_failed: int = 0
     finish_reasons: dict[str, int] = field(default_factory=dict)
@@ -164,6 +169,8 @@ class MetricsRecorder:
             t.prefix_query_tokens += record.prefix_query_tokens
             t.prefix_hit_tokens += record.prefix_hit_tokens
             t.prefill_stall_s += record.prefill_stall_s
+            t.draft_tokens += record.draft_tokens
+            t.accepted_tokens += record.accepted_tokens
 
     def record_tokens(self, records: list[TokenRecord]) -> None:
         with self._lock:

@@ -30,24 +30,31 @@ class OutputProcessor:
             self.tokenizer, request.prompt_ids, request.params.stop
         )
 
-    def process(self, requests: Sequence[Request], tokens: Sequence[int], now: float) -> list[TokenEvent]:
-        """One new token for each request (they sampled this step), in order."""
+    def process(self, requests: Sequence[Request], tokens: Sequence[Sequence[int]], now: float) -> list[TokenEvent]:
+        """The new tokens of each request that sampled this step (one, or several where a draft was accepted), in
+        order: one event per request, ending it at the first token that stops it (later ones are dropped)."""
         events: list[TokenEvent] = []
         records: list[TokenRecord] = []
-        for request, token in zip(requests, tokens, strict=True):
-            previous = request.token_times[-1] if request.token_times else request.arrival_time
-            request.output_ids.append(token)
-            request.token_times.append(now)
-            records.append(
-                TokenRecord(request.request_id, request.tag, now, len(request.output_ids) - 1, now - previous)
-            )
+        for request, new in zip(requests, tokens, strict=True):
             detok = self.detokenizers[request.request_id]
-            text = detok.add(token)
-            reason = self._stop_reason(request, token, detok)
+            kept: list[int] = []
+            text = ""
+            reason = None
+            for index, token in enumerate(new):
+                previous = request.token_times[-1] if request.token_times else request.arrival_time
+                request.output_ids.append(token)
+                request.token_times.append(now)
+                count = len(request.output_ids) - 1
+                records.append(TokenRecord(request.request_id, request.tag, now, count, now - previous, index > 0))
+                kept.append(token)
+                text += detok.add(token)
+                reason = self._stop_reason(request, token, detok)
+                if reason is not None:
+                    break
             if reason is None:
-                events.append(TokenEvent(request.request_id, request.tag, [token], text, now))
+                events.append(TokenEvent(request.request_id, request.tag, kept, text, now))
             else:
-                events.append(self.finish(request, reason, now, token_ids=[token], text=text))
+                events.append(self.finish(request, reason, now, token_ids=kept, text=text))
         self.metrics.record_tokens(records)
         return events
 

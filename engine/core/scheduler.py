@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from engine.core.config import CPU_STEP_TOKENS, EngineConfig
+from engine.core.drafter import Drafter
 from engine.core.page_pool import PagePool
 from engine.core.request import Request, RequestStatus
 from engine.types import FinishReason
@@ -20,12 +21,18 @@ class ScheduledChunk:
     num_tokens: int  # tokens whose K/V this step computes
     start: int  # position of the first of them
     samples: bool  # the chunk reaches the last known token, so this step samples the next one
+    draft: tuple[int, ...] = ()  # speculative tokens after the last known one, verified (and sampled at) this step
 
     @property
     def is_decode(self) -> bool:
         """A decode row: one query token. Decode rows share one batched attention call over their pages; every
-        other chunk (a prompt, a recompute after preemption) is prefill."""
+        other chunk (a prompt, a recompute after preemption, a verified draft) goes through the chunked path."""
         return self.num_tokens == 1
+
+    @property
+    def decodes(self) -> bool:
+        """Decoding work (a decode row or a verified draft), as opposed to prefilling a prompt."""
+        return self.is_decode or bool(self.draft)
 
 
 @dataclass
@@ -45,22 +52,31 @@ class SchedulerOutput:
 
     @property
     def decode_tokens(self) -> int:
-        return sum(1 for c in self.chunks if c.is_decode)
+        return sum(c.num_tokens for c in self.chunks if c.decodes)
 
     @property
     def prefill_tokens(self) -> int:
-        return sum(c.num_tokens for c in self.chunks if not c.is_decode)
+        return sum(c.num_tokens for c in self.chunks if not c.decodes)
+
+    @property
+    def draft_tokens(self) -> int:
+        return sum(len(c.draft) for c in self.chunks)
 
 
 class Scheduler:
     def __init__(
-        self, config: EngineConfig, pool: PagePool, prefill_budget: Callable[[int], int] | None = None
+        self,
+        config: EngineConfig,
+        pool: PagePool,
+        prefill_budget: Callable[[int], int] | None = None,
+        drafter: Drafter | None = None,
     ) -> None:
         """prefill_budget(decode rows) -> prefill tokens a step may add (the engine's step cost model); without
-        it, the step token budget alone limits prefill."""
+        it, the step token budget alone limits prefill. drafter: speculative drafts for decoding requests."""
         self.config = config
         self.pool = pool
         self.prefill_budget = prefill_budget
+        self.drafter = drafter
         self.page_size = pool.page_size
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
@@ -86,6 +102,8 @@ class Scheduler:
         self._free_pages(request)
         request.status = RequestStatus.FINISHED
         request.finish_reason = reason
+        if self.drafter is not None:
+            self.drafter.forget(request.request_id)
 
     def _free_pages(self, request: Request) -> None:
         self.pool.release_request(request.request_id, request.page_table)
@@ -111,6 +129,7 @@ class Scheduler:
         prefilling = [r for r in self.running if not r.decoding]
         prefill = self.prefill_budget(len(decoding)) if self.prefill_budget else budget
         out.prefill_budget = prefill
+        drafting = self.drafter is not None and len(decoding) <= self.config.speculative_max_batch
         for request in decoding + prefilling:
             limit = budget if request.decoding else min(budget, prefill)
             if limit <= 0:
@@ -118,10 +137,11 @@ class Scheduler:
             if request.status is not RequestStatus.RUNNING:
                 continue  # preempted earlier in this loop
             n = min(request.remaining_to_compute, limit)
-            if not self._grow(request, request.num_computed + n, out):
+            draft = self._draft(request, budget - n) if drafting and request.decoding else []
+            if not self._grow(request, request.num_computed + n + len(draft), out):
                 continue
-            out.chunks.append(self._chunk(request, n))
-            budget -= n
+            out.chunks.append(self._chunk(request, n, tuple(draft)))
+            budget -= n + len(draft)
             if not request.decoding:
                 prefill -= n
 
@@ -136,9 +156,19 @@ class Scheduler:
         return out
 
     @staticmethod
-    def _chunk(request: Request, n: int) -> ScheduledChunk:
+    def _chunk(request: Request, n: int, draft: tuple[int, ...] = ()) -> ScheduledChunk:
         start = request.num_computed
-        return ScheduledChunk(request, n, start, samples=start + n == request.num_tokens)
+        return ScheduledChunk(request, n + len(draft), start, start + n == request.num_tokens, draft)
+
+    def _draft(self, request: Request, room: int) -> list[int]:
+        """Draft tokens to verify with this request's decode, within the step's budget and its max tokens."""
+        assert self.drafter is not None
+        params = request.params
+        if params.repetition_penalty != 1.0:
+            return []  # a penalty depends on every token before it: verified rows would need the drafts applied
+        left = params.max_tokens - len(request.output_ids) - 1  # the verified step adds one token beyond the drafts
+        draft = self.drafter.propose(request.request_id, request.all_ids)
+        return draft[: max(0, min(left, room))]
 
     def _grow(self, request: Request, tokens: int, out: SchedulerOutput) -> bool:
         """Give the request pages for `tokens` tokens, preempting the newest running requests if needed."""
@@ -183,10 +213,13 @@ class Scheduler:
         return self._chunk(request, n)
 
     # ---- after the forward pass -------------------------------------------------------------
-    def commit(self, chunk: ScheduledChunk) -> None:
-        """The chunk's K/V are written: advance the request and publish its newly full pages."""
+    def commit(self, chunk: ScheduledChunk, accepted: int = 0) -> None:
+        """The chunk's K/V are written: advance the request (past the draft tokens accepted, not the rejected ones,
+        whose slots later tokens overwrite) and publish its newly full pages."""
         request = chunk.request
-        request.num_computed += chunk.num_tokens
+        request.num_computed += chunk.num_tokens - len(chunk.draft) + accepted
+        if chunk.draft and self.drafter is not None:
+            self.drafter.learn(request.request_id, len(chunk.draft), accepted)
         full_pages = request.num_computed // self.page_size
         if self.pool.enable_caching and full_pages > self.pool.num_published(request.request_id):
             self.pool.publish(request.request_id, request.all_ids, request.page_table, request.num_computed)

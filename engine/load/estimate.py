@@ -17,6 +17,9 @@ class ModelShape:
     parameters: int
     quantizable_parameters: int  # nn.Linear weights inside the decoder (not embeddings or the LM head)
     quantizable_rows: int
+    hidden_size: int = 0
+    intermediate_size: int = 0
+    num_heads: int = 0
 
 
 @dataclass(frozen=True)
@@ -26,12 +29,17 @@ class MemoryEstimate:
     quantization: str
     weight_bytes: int
     kv_bytes_per_token: int
+    #: at most this much more for the engine's own copies of the weights in faster formats (CPU: prepacked float32,
+    #: bfloat16, int8/int4 where chosen); the model's weights stay for the reference path
+    engine_copy_bytes: int = 0
+    #: what the chosen format does to decode speed here, measured on this model's layer shapes (or "")
+    decode_note: str = ""
 
     def kv_tokens_for(self, kv_budget_bytes: int) -> int:
         return max(0, kv_budget_bytes // self.kv_bytes_per_token)
 
     def total_bytes(self, kv_budget_bytes: int) -> int:
-        return self.weight_bytes + kv_budget_bytes
+        return self.weight_bytes + self.engine_copy_bytes + kv_budget_bytes
 
 
 def format_bytes(value: float) -> str:

@@ -143,7 +143,7 @@ def load_model(
     if progress:
         progress(f"loading {source.display_name} ({resolved.dtype_name}, {resolved.quantization}) on {resolved.device}")
     kwargs: dict = {"dtype": resolved.dtype}
-    if resolved.quantization != "none":
+    if resolved.quantization != "none" and not resolved.engine_quantized:
         kwargs["quantization_config"] = _quantization_config(resolved)
         kwargs["device_map"] = resolved.device
     try:
@@ -158,7 +158,7 @@ def load_model(
         raise UnsupportedOptionError(f"{resolved.quantization} quantization is unavailable: {reason}") from None
     except Exception as exc:  # safetensors, tokenizers and torch raise their own types for corrupt files
         raise ModelFormatError(f"cannot load {source.display_name}: {_first_line(exc)}") from None
-    if resolved.quantization == "none":
+    if resolved.quantization == "none" or resolved.engine_quantized:
         model = model.to(resolved.device)
     model.eval()
     model.requires_grad_(False)

@@ -44,6 +44,9 @@ def model_shape(config) -> ModelShape:
         parameters=parameters,
         quantizable_parameters=quantizable,
         quantizable_rows=rows,
+        hidden_size=text.hidden_size,
+        intermediate_size=getattr(text, "intermediate_size", 0) or 4 * text.hidden_size,
+        num_heads=geometry.num_heads,
     )
 
 
@@ -56,6 +59,8 @@ def estimate(shape: ModelShape, options: ResolvedOptions) -> MemoryEstimate:
         weights = plain * elem + int(shape.quantizable_parameters * _NF4_BYTES_PER_WEIGHT)
     else:
         weights = shape.parameters * elem
+    if options.engine_quantized:
+        weights = shape.parameters * elem  # loaded as they are; the engine makes the quantized copies
     kv_per_token = shape.num_layers * 2 * shape.num_kv_heads * shape.head_dim * elem
     return MemoryEstimate(
         shape=shape,
@@ -63,7 +68,29 @@ def estimate(shape: ModelShape, options: ResolvedOptions) -> MemoryEstimate:
         quantization=options.quantization,
         weight_bytes=int(weights),
         kv_bytes_per_token=kv_per_token,
+        engine_copy_bytes=engine_copy_bytes(shape, options),
     )
+
+
+def engine_copy_bytes(shape: ModelShape, options: ResolvedOptions) -> int:
+    """An upper bound of the engine's copies on a CPU: prepacked float32 linears and LM head, bfloat16 copies of the
+    decoder's linears under an automatic dtype, int8/int4 copies when asked for (each kept only where measured to be
+    the fastest for some batch size, so usually less)."""
+    if (
+        options.device != "cpu"
+        or options.dtype != torch.float32
+        or not (options.quantization == "none" or options.engine_quantized)
+    ):
+        return 0
+    linear, other = shape.quantizable_parameters, shape.parameters - shape.quantizable_parameters
+    copies = 4 * (linear + other)  # prepacked float32 (the LM head is tied to the embeddings: about `other`)
+    if options.dtype_auto or options.engine_quantized:
+        copies += 2 * linear
+    if options.quantization == "int8":
+        copies += linear + 2 * shape.quantizable_rows
+    elif options.quantization == "int4":
+        copies += linear // 2 + linear // 32 * 4
+    return int(copies)
 
 
 def free_memory_bytes(device: str) -> int:

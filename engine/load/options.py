@@ -10,7 +10,10 @@ import torch
 from engine.errors import UnsupportedOptionError
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
-QUANTIZATIONS = ("none", "int8", "nf4", "fp4")
+QUANTIZATIONS = ("none", "int8", "int4", "nf4", "fp4")
+# On a CPU, int8 and int4 are the engine's own weight-only kernels (torch's, per batch size where they are faster);
+# elsewhere int8 is bitsandbytes'. nf4 and fp4 are bitsandbytes' 4-bit formats everywhere.
+ENGINE_QUANTIZATIONS = ("int8", "int4")
 DEVICES = ("auto", "cpu", "cuda", "mps")
 
 _TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -32,6 +35,11 @@ class ResolvedOptions:
     quantization: str
     #: the user left the dtype to the studio: the engine may pick faster weight formats per batch size
     dtype_auto: bool = False
+
+    @property
+    def engine_quantized(self) -> bool:
+        """Weights loaded in float, quantized by the engine's own kernels (not bitsandbytes)."""
+        return self.quantization in ENGINE_QUANTIZATIONS and self.device == "cpu"
 
     @property
     def dtype_name(self) -> str:
@@ -87,6 +95,10 @@ def quantization_problem(quantization: str, device: str) -> str | None:
     if quantization not in QUANTIZATIONS:
         return f"unknown quantization {quantization!r}; choose one of {', '.join(QUANTIZATIONS)}"
     if quantization == "none":
+        return None
+    if quantization == "int4" and device != "cpu":
+        return "int4 is the engine's CPU kernel; on a GPU choose nf4 (bitsandbytes) for 4-bit weights"
+    if quantization in ENGINE_QUANTIZATIONS and device == "cpu":
         return None
     if importlib.util.find_spec("bitsandbytes") is None:
         return f"{quantization} needs the bitsandbytes package, which is not installed"

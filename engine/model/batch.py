@@ -15,7 +15,7 @@ from engine.model.attention import PagedKVCache, PrefillSlice, StepContext
 class PackedBatch:
     input_ids: torch.Tensor  # [N]
     positions: torch.Tensor  # [N]
-    keep: torch.Tensor  # rows whose logits are sampled, one per sampling chunk
+    keep: torch.Tensor  # rows whose logits are sampled: one per sampling chunk, 1 + draft for a verified draft
     context: StepContext
     sampling_chunks: list[ScheduledChunk]
 
@@ -26,7 +26,7 @@ def _flat_tokens(ordered: list[ScheduledChunk], page_size: int) -> tuple[list[in
     positions: list[int] = []
     slots: list[int] = []
     for chunk in ordered:
-        tokens = chunk.request.all_ids
+        tokens = chunk.request.all_ids + list(chunk.draft) if chunk.draft else chunk.request.all_ids
         table = chunk.request.page_table
         for pos in range(chunk.start, chunk.start + chunk.num_tokens):
             input_ids.append(tokens[pos])
@@ -77,7 +77,9 @@ def pack(chunks: list[ScheduledChunk], cache: PagedKVCache) -> PackedBatch:
     row = 0
     for chunk in ordered:
         row += chunk.num_tokens
-        if chunk.samples:
+        if chunk.draft:  # every row of a verified draft is sampled: the last known token's and each draft token's
+            keep.extend(range(row - chunk.num_tokens, row))
+        elif chunk.samples:
             keep.append(row - 1)
     context = StepContext(
         cache=cache,

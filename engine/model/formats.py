@@ -13,12 +13,14 @@ import torch
 from torch import nn
 
 from engine.model import kernels
+from engine.model.quantized import Int4Linear, Int8Linear
 
 log = logging.getLogger(__name__)
 
-FLOAT32, BFLOAT16 = "float32", "bfloat16"
+FLOAT32, BFLOAT16, INT8, INT4 = "float32", "bfloat16", "int8", "int4"
 BUCKETS = (1, 4, 16, 64)  # rows a step multiplies: a few decode rows ... many rows or a prefill chunk
 DTYPES = {FLOAT32: torch.float32, BFLOAT16: torch.bfloat16}
+QUANTIZED = {INT8: Int8Linear, INT4: Int4Linear}
 
 
 class FormattedLinear(nn.Module):
@@ -40,15 +42,30 @@ class FormattedLinear(nn.Module):
         return out.view(*x.shape[:-1], self.out_features)
 
 
-def bfloat16_usable(device: torch.device) -> bool:
-    """bfloat16 linears run here (oneDNN on a CPU); whether they are faster is measured."""
-    if device.type != "cpu" or not kernels.onednn_packing_available():
+def make_linear(weight: torch.Tensor, bias: torch.Tensor | None, fmt: str) -> nn.Module:
+    """A float32-in, float32-out linear whose weight is kept (and multiplied) in `fmt`."""
+    if fmt in QUANTIZED:
+        return QUANTIZED[fmt](weight, bias)
+    return FormattedLinear(weight, bias, fmt)
+
+
+def usable(fmt: str, device: torch.device) -> bool:
+    """The format's kernel runs here (a CPU with oneDNN, torch's weight-only kernels) and computes the linear;
+    whether it is faster is measured."""
+    if device.type != "cpu" or (fmt == BFLOAT16 and not kernels.onednn_packing_available()):
         return False
     try:
-        probe = FormattedLinear(torch.randn(8, 4), None, BFLOAT16)
-        return bool(torch.isfinite(probe(torch.randn(3, 4))).all())
-    except Exception:  # an internal op missing its bfloat16 kernel in this build
+        weight, x = torch.randn(64, 64), torch.randn(3, 64)
+        with torch.inference_mode():
+            out = make_linear(weight, None, fmt)(x)
+        expected = x @ weight.T
+        return bool((out - expected).abs().max() < 0.25 * expected.abs().max())  # 4 bits round; a bug is way off
+    except Exception:  # an internal op missing from this torch build, or unfit for this CPU
         return False
+
+
+def bfloat16_usable(device: torch.device) -> bool:
+    return usable(BFLOAT16, device)
 
 
 @dataclass
@@ -86,14 +103,14 @@ def single(fmt: str) -> FormatChoice:
 
 def measure(passes: dict[str, Callable[[int], None]], buckets: Sequence[int] = BUCKETS) -> FormatChoice:
     """passes[format](rows) runs every linear of the model once on `rows` rows; the fastest format per bucket wins
-    (the best of three timed runs after a warm-up, so a busy moment of a shared machine does not decide)."""
+    (the best of five timed runs after a warm-up, so a busy moment of a shared machine does not decide)."""
     timings: dict[str, dict[int, float]] = {fmt: {} for fmt in passes}
     with torch.inference_mode():
         for rows in buckets:
             for fmt, run in passes.items():
                 run(rows)
                 samples = []
-                for _ in range(3):
+                for _ in range(5):
                     started = time.perf_counter()
                     run(rows)
                     samples.append(time.perf_counter() - started)

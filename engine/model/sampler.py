@@ -41,14 +41,16 @@ def filter_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     return logits
 
 
-def ban_end_tokens(logits: torch.Tensor, requests: Sequence[Request], eos_ids: set[int]) -> torch.Tensor:
-    """Rows whose request has not reached its min_tokens cannot end: EOS and its stop tokens get -inf (vLLM's
-    min_tokens; what transformers' min_new_tokens and llama.cpp's ignore_eos do)."""
+def ban_end_tokens(
+    logits: torch.Tensor, requests: Sequence[Request], made: Sequence[int], eos_ids: set[int]
+) -> torch.Tensor:
+    """Rows whose request has made fewer than its min_tokens (`made` per row) cannot end: EOS and its stop tokens
+    get -inf (vLLM's min_tokens; what transformers' min_new_tokens and llama.cpp's ignore_eos do)."""
     rows: list[int] = []
     cols: list[int] = []
-    for row, request in enumerate(requests):
-        if len(request.output_ids) < request.params.min_tokens:
-            vocab = logits.shape[-1]
+    vocab = logits.shape[-1]
+    for row, (request, count) in enumerate(zip(requests, made, strict=True)):
+        if count < request.params.min_tokens:
             banned = [t for t in eos_ids | set(request.params.stop_token_ids) if 0 <= t < vocab]
             rows.extend([row] * len(banned))
             cols.extend(banned)
@@ -67,20 +69,73 @@ class Sampler:
         else:
             self.generator.seed()
 
-    def sample(self, logits: torch.Tensor, requests: Sequence[Request]) -> list[int]:
-        """One next token per row of logits [rows, vocab] (float32, on any device)."""
-        logits = ban_end_tokens(logits, requests, self.eos_ids)
+    def sample(
+        self, logits: torch.Tensor, requests: Sequence[Request], drafts: Sequence[Sequence[int]] | None = None
+    ) -> list[list[int]]:
+        """The tokens each request gains this step, from logits [rows, vocab] (float32, any device): one token, or
+        for a request with a draft (1 + len(draft) rows) the accepted draft tokens and one more."""
+        drafts = drafts or [()] * len(requests)
+        per_row = [r for r, d in zip(requests, drafts, strict=True) for _ in range(len(d) + 1)]
+        made = [len(r.output_ids) + j for r, d in zip(requests, drafts, strict=True) for j in range(len(d) + 1)]
+        logits = ban_end_tokens(logits, per_row, made, self.eos_ids)
         if all(r.params.greedy and r.params.repetition_penalty == 1.0 for r in requests):
-            return logits.argmax(dim=-1).tolist()
+            targets = logits.argmax(dim=-1).tolist()
+            return _verify_greedy(targets, drafts)
         logits = logits.cpu()
-        chosen: list[int] = []
-        for row, request in zip(logits, requests, strict=True):
-            params = request.params
+        out: list[list[int]] = []
+        row = 0
+        for request, draft in zip(requests, drafts, strict=True):
+            out.append(self._sample_group(logits[row : row + len(draft) + 1], request, draft))
+            row += len(draft) + 1
+        return out
+
+    def _sample_group(self, rows: torch.Tensor, request: Request, draft: Sequence[int]) -> list[int]:
+        """Each row's token drawn by inverse CDF from one uniform per output position; a draft token is kept when it
+        is the token drawn. So a draft is kept with probability p(d), the output is exactly what decoding without
+        drafts would make from the same uniforms, and a seeded request makes the same tokens whatever the batch."""
+        params = request.params
+        tokens: list[int] = []
+        for j, row in enumerate(rows):
             row = apply_repetition_penalty(row, request.all_ids, params.repetition_penalty)
             if params.greedy:
-                chosen.append(int(row.argmax()))
-                continue
-            probs = torch.softmax(filter_logits(row, params), dim=-1)
-            generator = request.generator or self.generator
-            chosen.append(int(torch.multinomial(probs, 1, generator=generator)))
-        return chosen
+                choice = int(row.argmax())
+            else:
+                probs = torch.softmax(filter_logits(row, params), dim=-1)
+                choice = _inverse_cdf(probs, self._uniform(request, len(request.output_ids) + j))
+            tokens.append(choice)
+            if j == len(draft) or draft[j] != choice:
+                return tokens
+        return tokens
+
+    def _uniform(self, request: Request, position: int) -> float:
+        """The uniform number of one output position: from the request's seed and the position when it has a seed
+        (the same tokens whatever the batch, and whatever was drafted), else from the sampler's own stream."""
+        if request.params.seed is None:
+            return float(torch.rand((), generator=self.generator))
+        generator = torch.Generator().manual_seed((request.params.seed * 1_000_003 + position) % (1 << 63))
+        return float(torch.rand((), generator=generator))
+
+
+def _inverse_cdf(probs: torch.Tensor, uniform: float) -> int:
+    cumulative = torch.cumsum(probs, dim=-1)
+    index = int(torch.searchsorted(cumulative, uniform * float(cumulative[-1]), right=True))
+    index = min(index, probs.shape[-1] - 1)
+    while probs[index] <= 0 and index > 0:  # the float sum can land on a zero-probability tail token
+        index -= 1
+    return index
+
+
+def _verify_greedy(targets: list[int], drafts: Sequence[Sequence[int]]) -> list[list[int]]:
+    """Greedy: draft tokens are kept while they are what greedy decoding picks; then greedy's own token."""
+    out: list[list[int]] = []
+    row = 0
+    for draft in drafts:
+        tokens: list[int] = []
+        for j in range(len(draft) + 1):
+            target = targets[row + j]
+            tokens.append(target)
+            if j == len(draft) or draft[j] != target:
+                break
+        out.append(tokens)
+        row += len(draft) + 1
+    return out

@@ -14,6 +14,13 @@ from engine.types import TokenEvent
 log = logging.getLogger(__name__)
 
 
+def _deliver(routed: list[tuple[asyncio.Queue[TokenEvent], list[TokenEvent]]]) -> None:
+    """On the loop: every stream's events of one step into its queue."""
+    for queue, queue_events in routed:
+        for event in queue_events:
+            queue.put_nowait(event)
+
+
 class AsyncEventBridge:
     """Lives on one event loop. The listener runs in the engine thread and never blocks it: it only hands each
     event to the loop with call_soon_threadsafe."""
@@ -38,12 +45,15 @@ class AsyncEventBridge:
         self._queues.remove(request_id)
 
     def _on_events(self, events: list[TokenEvent]) -> None:
-        for queue, queue_events in self._queues.route(events):
-            for event in queue_events:
-                try:
-                    self.loop.call_soon_threadsafe(queue.put_nowait, event)
-                except RuntimeError:  # the loop has closed: the server is gone, nobody is listening
-                    return
+        routed = self._queues.route(events)
+        if not routed:
+            return
+        try:
+            # one wake-up of the loop per step, not one per stream: with 16 streams that is 16 times fewer
+            # cross-thread calls (each a pipe write, a loop wake-up and a turn at the GIL)
+            self.loop.call_soon_threadsafe(_deliver, routed)
+        except RuntimeError:  # the loop has closed: the server is gone, nobody is listening
+            return
 
     async def stream(
         self, handle: RequestHandle, queue: asyncio.Queue[TokenEvent], poll_s: float = 1.0

@@ -148,6 +148,8 @@ class EngineCollector(Collector):
                 totals.prompt_tokens,
             )
             yield counter("vllm:generation_tokens", "Number of generation tokens processed.", totals.generation_tokens)
+            yield counter("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.", totals.draft_tokens)
+            yield counter("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.", totals.accepted_tokens)
             success = CounterMetricFamily(
                 "vllm:request_success",
                 "Count of successfully processed requests.",

@@ -12,6 +12,7 @@ ROWS = (
     ("kv_token", "KV cache per token"),
     ("context", "Tokens that fit in the KV cache"),
     ("memory", "Memory"),
+    ("speed", "Decode speed"),
 )
 
 
@@ -52,10 +53,14 @@ class EstimateBox(QGroupBox):
         context = estimate.shape.context_length
         total = estimate.total_bytes(kv_bytes)
         quant = "" if estimate.quantization == "none" else f", {estimate.quantization}"
-        self.labels["weights"].setText(f"{format_bytes(estimate.weight_bytes)} ({estimate.dtype}{quant})")
+        weights = f"{format_bytes(estimate.weight_bytes)} ({estimate.dtype}{quant})"
+        if estimate.engine_copy_bytes:
+            weights += f" + up to {format_bytes(estimate.engine_copy_bytes)} of faster copies the engine makes"
+        self.labels["weights"].setText(weights)
         self.labels["kv_token"].setText(format_bytes(estimate.kv_bytes_per_token))
         self.labels["context"].setText(f"{tokens:,} tokens, shared by all chats (model context {context:,})")
         self.labels["memory"].setText(f"{format_bytes(total)} needed, {format_bytes(free_bytes)} {free_what}")
+        self.labels["speed"].setText(estimate.decode_note[:1].upper() + estimate.decode_note[1:] or "–")
         fits = total <= free_bytes
         if fits:
             self._set_fits("Fits in memory.", warning=False)

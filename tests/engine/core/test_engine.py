@@ -206,7 +206,7 @@ def test_seeded_sampling_is_reproducible(make_engine) -> None:
 
 
 def test_metrics_record_every_step_and_the_page_map(make_engine) -> None:
-    engine = make_engine()
+    engine = make_engine(speculative=False)  # plain decoding: one decode row per token
     a = engine.add_request(prompts(1, seed=12)[0], SamplingParams(max_tokens=4, ignore_eos=True), tag="chat A")
     b = engine.add_request(prompts(1, seed=13)[0], SamplingParams(max_tokens=4, ignore_eos=True), tag="chat B")
     engine.step()
@@ -263,3 +263,47 @@ def test_the_step_budget_follows_the_device_unless_set(tiny_loaded) -> None:
     assert Engine(tiny_loaded).config.max_step_tokens == CPU_STEP_TOKENS == step_tokens_for("cpu")
     assert step_tokens_for("cuda:1") == step_tokens_for("mps") > CPU_STEP_TOKENS  # a GPU prefills far faster
     assert Engine(tiny_loaded, EngineConfig(max_step_tokens=64)).config.max_step_tokens == 64
+
+
+def test_drafts_change_how_many_steps_not_which_tokens(make_engine) -> None:
+    """Prompt-lookup drafts, greedy and seeded sampling: the same tokens as without speculation, fewer steps."""
+    looped = [7, 8, 9, 10, 11] * 6  # a prompt that repeats itself: drafts are found
+    greedy = SamplingParams(max_tokens=20, min_tokens=20)
+    seeded = SamplingParams(max_tokens=20, min_tokens=20, temperature=0.8, seed=3)
+    for params in (greedy, seeded):
+        runs = {}
+        for speculative in (False, True):
+            engine = make_engine(speculative=speculative)
+            request = engine.add_request(looped, params)
+            run_to_completion(engine)
+            snapshot = engine.metrics.snapshot()
+            runs[speculative] = (request.output_ids, snapshot.totals, len(snapshot.steps))
+            engine.pool.check_invariants()
+            assert engine.pool.num_used == 0
+        assert runs[True][0] == runs[False][0]
+        assert runs[False][1].draft_tokens == 0 and runs[True][1].draft_tokens >= runs[True][1].accepted_tokens
+        assert runs[True][1].generation_tokens == runs[False][1].generation_tokens == 20
+    # greedy on a looping prompt: drafts are accepted, and each accepted token saves a step
+    engine = make_engine()
+    engine.add_request(looped, greedy)
+    run_to_completion(engine)
+    totals = engine.metrics.snapshot().totals
+    assert totals.accepted_tokens > 0
+    # the prefill step makes the first token, every later step one plus the drafts it accepted
+    assert len(engine.metrics.snapshot().steps) == 20 - totals.accepted_tokens
+
+
+def test_accepted_drafts_publish_only_their_own_pages(make_engine) -> None:
+    """Rejected draft slots are never published to the prefix cache: a later request reusing the pages makes the
+    same tokens as one computed from scratch."""
+    looped = [7, 8, 9, 10, 11] * 6
+    engine = make_engine(page_size=4)
+    first = engine.add_request(looped, SamplingParams(max_tokens=24, min_tokens=24))
+    run_to_completion(engine)
+    follow = looped + first.output_ids[:20]
+    again = engine.add_request(follow, SamplingParams(max_tokens=8, min_tokens=8))
+    run_to_completion(engine)
+    fresh = make_engine(page_size=4, prefix_caching=False, speculative=False)
+    alone = fresh.add_request(follow, SamplingParams(max_tokens=8, min_tokens=8))
+    run_to_completion(fresh)
+    assert again.cached_prompt_tokens > len(looped) and again.output_ids == alone.output_ids

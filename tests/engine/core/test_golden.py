@@ -96,3 +96,32 @@ def test_shared_system_prompt_is_cached_and_output_unchanged(embedded_model) -> 
     assert totals.prefix_hit_tokens == 3 * (shared // 16 * 16)
     for request, ids in zip([first, *later], batch, strict=True):
         assert request.output_ids == reference_greedy(embedded_model.model, ids, MAX_TOKENS)
+
+
+EDIT = (
+    "Fix the spelling mistakes in this paragraph and return the corrected paragraph only:\n"
+    "The quick brown fox jumpd over the lazy dog. Every mornning the fox ran thru the forrest, looking for "
+    "berrys and mushrooms, while the dog slept under the old oak tree near the river bank."
+)
+
+
+def test_speculative_decoding_is_token_exact(embedded_model) -> None:
+    """Prompt-lookup drafts (the reply repeats the prompt) verified in one pass: the same greedy tokens as
+    transformers, with drafts accepted and the accounting to show it."""
+    from engine.core.prompts import encode_prompt
+
+    ids = encode_prompt(embedded_model.tokenizer, prompt=EDIT)
+    plain = Engine(embedded_model, EngineConfig(speculative=False))
+    spec = Engine(embedded_model, EngineConfig())
+    outputs = []
+    for engine in (plain, spec):
+        request = engine.add_request(ids, SamplingParams(max_tokens=48))
+        run_to_completion(engine)
+        outputs.append(request.output_ids)
+    assert outputs[0] == outputs[1] == reference_greedy(embedded_model.model, ids, 48)
+    totals = spec.metrics.snapshot().totals
+    assert totals.draft_tokens > 0 and totals.accepted_tokens > 10
+    steps = spec.metrics.snapshot().steps
+    assert len(steps) < len(plain.metrics.snapshot().steps)  # fewer steps for the same tokens
+    spec.pool.check_invariants()
+    assert spec.pool.num_used == 0

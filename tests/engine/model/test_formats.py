@@ -57,3 +57,38 @@ def test_only_an_automatic_dtype_lets_the_engine_pick_formats(tiny_model_dir) ->
         engine.step()
     steps = engine.metrics.snapshot().steps
     assert {s.weight_format for s in steps} <= choice.formats and all(s.weight_format for s in steps)
+
+
+@pytest.mark.parametrize("quantization", ["int8", "int4"])
+def test_asking_for_int8_or_int4_measures_the_engines_kernels_beside_float32(tiny_model_dir, quantization) -> None:
+    from engine.core.engine import Engine, weight_formats
+    from engine.load.loader import load_model
+    from engine.load.options import LoadOptions
+    from engine.types import SamplingParams
+
+    if not formats.usable(quantization, torch.device("cpu")):
+        pytest.skip(f"torch's {quantization} CPU kernel is missing here")
+    loaded = load_model(str(tiny_model_dir), LoadOptions(quantization=quantization))
+    assert quantization in weight_formats(loaded) and FLOAT32 in weight_formats(loaded)
+    engine = Engine(loaded)
+    assert set(engine.runner.fast.choice.timings_ms) >= {FLOAT32, quantization}
+    assert engine.runtime_record()["fast_path_check"].startswith("agrees")
+    request = engine.add_request([5, 6, 7], SamplingParams(max_tokens=4, min_tokens=4))
+    while engine.has_unfinished:
+        engine.step()
+    assert len(request.output_ids) == 4
+
+
+def test_quantized_linears_stay_close_to_the_float32_linear() -> None:
+    from engine.model.quantized import Int4Linear, Int8Linear
+
+    linear = torch.nn.Linear(128, 64)
+    x = torch.randn(4, 128)
+    with torch.inference_mode():
+        expected = linear(x)
+        for module, bound in (
+            (Int8Linear(linear.weight, linear.bias), 0.02),
+            (Int4Linear(linear.weight, linear.bias), 0.25),
+        ):
+            error = (module(x) - expected).abs().max() / expected.abs().max()
+            assert error < bound, type(module).__name__

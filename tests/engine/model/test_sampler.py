@@ -52,9 +52,9 @@ def test_greedy_picks_the_argmax_and_the_penalty_changes_it() -> None:
     sampler = Sampler(seed=0)
     logits = torch.tensor([[1.0, 3.0, 2.0]])
     plain = Request("a", [1], SamplingParams())
-    assert sampler.sample(logits, [plain]) == [1]
+    assert sampler.sample(logits, [plain]) == [[1]]
     penalised = Request("b", [1], SamplingParams(repetition_penalty=4.0))
-    assert sampler.sample(logits, [penalised]) == [2]
+    assert sampler.sample(logits, [penalised]) == [[2]]
 
 
 def test_same_seed_same_tokens_whatever_the_batch() -> None:
@@ -68,7 +68,8 @@ def test_same_seed_same_tokens_whatever_the_batch() -> None:
         tokens = []
         for _ in range(20):
             rows = torch.cat([logits] * (1 + batch_others))
-            tokens.append(sampler.sample(rows, [request, *others])[0])
+            tokens.append(sampler.sample(rows, [request, *others])[0][0])
+            request.output_ids.append(tokens[-1])  # as the engine does: the next draw is the next position's
         return tokens
 
     assert draw(0) == draw(3)
@@ -103,9 +104,31 @@ def test_min_tokens_bans_eos_and_stop_tokens_until_reached() -> None:
     done.output_ids = [2, 2]
     sampler = Sampler(eos_ids={1})
     # 1 (EOS) and 3 (a stop token) may not end the short reply: the best token left is 2
-    assert sampler.sample(logits, [short, done]) == [2, 1]
+    assert sampler.sample(logits, [short, done]) == [[2], [1]]
 
 
 def test_min_tokens_must_fit_in_max_tokens() -> None:
     with pytest.raises(InvalidRequestError, match="min tokens"):
         SamplingParams(max_tokens=4, min_tokens=5).validate()
+
+
+def test_a_greedy_draft_is_kept_while_greedy_agrees_then_greedy_corrects_it() -> None:
+    # rows: the last known token's logits, then one row per draft token
+    logits = torch.tensor([[0.0, 9.0, 0.0, 0.0], [0.0, 0.0, 9.0, 0.0], [9.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 9.0]])
+    request = Request("a", [0], SamplingParams(max_tokens=8))
+    sampler = Sampler()
+    assert sampler.sample(logits, [request], [(1, 2, 0)]) == [[1, 2, 0, 3]]  # all kept, and a fourth token
+    assert sampler.sample(logits, [request], [(1, 3, 0)]) == [[1, 2]]  # the second is wrong: greedy's 2 instead
+    assert sampler.sample(logits[:1], [request], [()]) == [[1]]
+
+
+def test_speculative_sampling_keeps_the_output_distribution() -> None:
+    """Whatever the draft, the first token follows p: drafts change how many tokens a step makes, not which."""
+    logits = torch.log(torch.tensor([[0.6, 0.3, 0.1], [0.2, 0.2, 0.6]]))
+    counts = torch.zeros(3)
+    sampler = Sampler(seed=0)
+    request = Request("a", [0], SamplingParams(temperature=1.0, max_tokens=8))
+    trials = 4000
+    for _ in range(trials):
+        counts[sampler.sample(logits, [request], [(1,)])[0][0]] += 1
+    assert torch.allclose(counts / trials, torch.tensor([0.6, 0.3, 0.1]), atol=0.03)
