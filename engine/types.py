@@ -31,6 +31,23 @@ class FinishReason(StrEnum):
         return self in (FinishReason.STOP, FinishReason.LENGTH)
 
 
+STRUCTURED_KINDS = ("json_object", "json_schema", "regex", "choice", "grammar")
+MAX_TOP_LOGPROBS = 20  # as OpenAI's API allows
+
+
+@dataclass(frozen=True)
+class StructuredOutput:
+    """Output constrained by a grammar: a JSON schema (as JSON text), any JSON object, a regex, a choice among
+    strings (a JSON list), or a Lark/GBNF grammar. Hashable, so compiled grammars are cached by it."""
+
+    kind: str
+    spec: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in STRUCTURED_KINDS:
+            raise InvalidRequestError(f"unknown structured output {self.kind!r}; one of {', '.join(STRUCTURED_KINDS)}")
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     max_tokens: int = 256
@@ -44,6 +61,11 @@ class SamplingParams:
     stop_token_ids: tuple[int, ...] = ()
     ignore_eos: bool = False
     min_tokens: int = 0  # EOS and stop tokens cannot end the reply before it has this many tokens
+    #: log probabilities of the chosen tokens (raw: the model's, before sampling settings), with this many top
+    #: alternatives each; None: off
+    logprobs: int | None = None
+    logit_bias: tuple[tuple[int, float], ...] = ()  # added to the token's logit before sampling
+    structured: StructuredOutput | None = None  # grammar-constrained output
 
     @property
     def greedy(self) -> bool:
@@ -67,6 +89,10 @@ class SamplingParams:
             bad(f"repetition penalty must be positive, not {self.repetition_penalty}")
         if any(not s for s in self.stop):
             bad("stop strings must not be empty")
+        if self.logprobs is not None and not 0 <= self.logprobs <= MAX_TOP_LOGPROBS:
+            bad(f"top logprobs must be between 0 and {MAX_TOP_LOGPROBS}, not {self.logprobs}")
+        if any(not math.isfinite(b) or abs(b) > 100 for _, b in self.logit_bias):
+            bad("logit bias values must be between -100 and 100")
         if not isinstance(self.min_tokens, int) or not 0 <= self.min_tokens <= self.max_tokens:
             bad(f"min tokens must be between 0 and max tokens ({self.max_tokens}), not {self.min_tokens}")
 
@@ -87,6 +113,15 @@ class RequestStats:
     inter_token_s: list[float] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class TokenLogprob:
+    """One generated token's log probability, and the most likely alternatives at its position (best first)."""
+
+    token_id: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
+
+
 @dataclass
 class TokenEvent:
     """What one step did for one request: new tokens and text, and the end when it came."""
@@ -100,6 +135,7 @@ class TokenEvent:
     finish_reason: FinishReason | None = None
     stats: RequestStats | None = None
     error: str | None = None
+    logprobs: list[TokenLogprob] | None = None  # one per token id, when the request asked for them
 
 
 EventListener = Callable[[list[TokenEvent]], None]

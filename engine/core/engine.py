@@ -12,6 +12,7 @@ import torch
 
 from engine.core.config import EngineConfig, step_tokens_for
 from engine.core.drafter import Drafter
+from engine.core.grammar import Grammars
 from engine.core.metrics import MetricsRecorder, PageMap, StepRecord
 from engine.core.outputs import OutputProcessor
 from engine.core.page_pool import PagePool
@@ -26,8 +27,8 @@ from engine.model import formats
 from engine.model.attention import PagedKVCache
 from engine.model.geometry import attention_geometry
 from engine.model.runner import ModelRunner
-from engine.model.sampler import Sampler
-from engine.types import FinishReason, SamplingParams, TokenEvent, new_request_id
+from engine.model.sampler import Sampler, token_logprobs
+from engine.types import FinishReason, SamplingParams, TokenEvent, TokenLogprob, new_request_id
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,7 @@ class StepRun:
     draft_tokens: int = 0
     accepted_tokens: int = 0
     error: str | None = None
+    logprobs: list[list[TokenLogprob] | None] | None = None
 
 
 def weight_formats(loaded: LoadedModel) -> tuple[str, ...]:
@@ -103,6 +105,7 @@ class Engine:
         self.context_length = getattr(text_config, "max_position_embeddings", None) or num_pages * ps
         eos_ids = eos_token_ids(self.tokenizer, self.model)
         self.sampler = Sampler(eos_ids=eos_ids)
+        self.grammars = Grammars(self.tokenizer, self.vocab_size, eos_ids)
         self.outputs = OutputProcessor(self.tokenizer, eos_ids, self.context_length, self.scheduler, self.metrics)
         self.requests: dict[str, Request] = {}
         self.step_count = 0
@@ -139,6 +142,10 @@ class Engine:
             raise PromptTooLongError(
                 f"the prompt has {len(prompt_ids)} tokens but the model's context is {self.context_length}; shorten it"
             )
+        if any(not 0 <= t < self.vocab_size for t, _ in params.logit_bias):
+            raise InvalidRequestError(f"logit bias token ids must be in [0, {self.vocab_size})")
+        if params.structured is not None:
+            self.grammars.matcher(params.structured)  # compiled (and cached) now: a bad schema is the caller's error
         if len(prompt_ids) + 1 > self.pool_tokens:
             raise PromptTooLongError(
                 f"the prompt has {len(prompt_ids)} tokens but the KV cache holds only {self.pool_tokens}; "
@@ -158,6 +165,8 @@ class Engine:
         request = Request(request_id or new_request_id(), list(prompt_ids), params, tag=tag)
         if arrival_time is not None:
             request.arrival_time = arrival_time
+        if params.structured is not None:
+            request.matcher = self.grammars.matcher(params.structured)
         if request.request_id in self.requests:
             raise InvalidRequestError(f"request id {request.request_id!r} is already in use")
         self.requests[request.request_id] = request
@@ -213,11 +222,16 @@ class Engine:
             chunks = result.sampling_chunks
             sampled = [c.request for c in chunks]
             tokens = self.sampler.sample(result.logits, sampled, [c.draft for c in chunks]) if sampled else []
+            logprobs = None
+            if any(r.params.logprobs is not None for r in sampled):
+                logprobs = token_logprobs(result.logits, sampled, tokens)
             accepted = {id(c): len(t) - 1 for c, t in zip(chunks, tokens, strict=True) if c.draft}
             for chunk in scheduled.chunks:
                 self.scheduler.commit(chunk, accepted.get(id(chunk), 0))
             drafted = sum(len(c.draft) for c in chunks)
-            return StepRun(sampled, tokens, result.forward_s, result.weight_format, drafted, sum(accepted.values()))
+            run = StepRun(sampled, tokens, result.forward_s, result.weight_format, drafted, sum(accepted.values()))
+            run.logprobs = logprobs
+            return run
         except Exception as exc:
             log.exception("engine step %d failed", self.step_count)
             return StepRun([], [], error=f"the engine failed while running this request: {type(exc).__name__}: {exc}")
@@ -227,7 +241,7 @@ class Engine:
         if run.error is not None:
             failed = [c.request for c in scheduled.chunks if not c.request.is_finished]
             return [self.finish(request, FinishReason.ERROR, now, error=run.error) for request in failed]
-        events = self.outputs.process(run.sampled, run.tokens, now)
+        events = self.outputs.process(run.sampled, run.tokens, now, run.logprobs)
         for event in events:
             if event.finished:
                 self.requests.pop(event.request_id, None)

@@ -9,7 +9,7 @@ from engine.core.detokenizer import IncrementalDetokenizer
 from engine.core.metrics import MetricsRecorder, TokenRecord
 from engine.core.request import Request
 from engine.core.scheduler import Scheduler
-from engine.types import FinishReason, TokenEvent
+from engine.types import FinishReason, TokenEvent, TokenLogprob
 
 
 class OutputProcessor:
@@ -30,12 +30,19 @@ class OutputProcessor:
             self.tokenizer, request.prompt_ids, request.params.stop
         )
 
-    def process(self, requests: Sequence[Request], tokens: Sequence[Sequence[int]], now: float) -> list[TokenEvent]:
+    def process(
+        self,
+        requests: Sequence[Request],
+        tokens: Sequence[Sequence[int]],
+        now: float,
+        logprobs: Sequence[list[TokenLogprob] | None] | None = None,
+    ) -> list[TokenEvent]:
         """The new tokens of each request that sampled this step (one, or several where a draft was accepted), in
         order: one event per request, ending it at the first token that stops it (later ones are dropped)."""
         events: list[TokenEvent] = []
         records: list[TokenRecord] = []
-        for request, new in zip(requests, tokens, strict=True):
+        logprobs = logprobs or [None] * len(requests)
+        for request, new, lps in zip(requests, tokens, logprobs, strict=True):
             detok = self.detokenizers[request.request_id]
             kept: list[int] = []
             text = ""
@@ -48,13 +55,17 @@ class OutputProcessor:
                 records.append(TokenRecord(request.request_id, request.tag, now, count, now - previous, index > 0))
                 kept.append(token)
                 text += detok.add(token)
+                if request.matcher is not None:
+                    request.matcher.consume(token)
                 reason = self._stop_reason(request, token, detok)
                 if reason is not None:
                     break
             if reason is None:
-                events.append(TokenEvent(request.request_id, request.tag, kept, text, now))
+                events.append(TokenEvent(request.request_id, request.tag, kept, text, now, logprobs=lps))
             else:
-                events.append(self.finish(request, reason, now, token_ids=kept, text=text))
+                event = self.finish(request, reason, now, token_ids=kept, text=text)
+                event.logprobs = lps
+                events.append(event)
         self.metrics.record_tokens(records)
         return events
 
@@ -62,7 +73,7 @@ class OutputProcessor:
         params = request.params
         if token in params.stop_token_ids or (token in self.eos_ids and not params.ignore_eos):
             return FinishReason.STOP
-        if detok.stopped:
+        if detok.stopped or (request.matcher is not None and request.matcher.finished):
             return FinishReason.STOP
         if len(request.output_ids) >= params.max_tokens or request.num_tokens >= self.context_length:
             return FinishReason.LENGTH

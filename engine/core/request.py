@@ -8,6 +8,7 @@ from enum import StrEnum
 
 import torch
 
+from engine.core.grammar import Matcher
 from engine.types import FinishReason, RequestStats, SamplingParams
 
 
@@ -38,6 +39,7 @@ class Request:
     error: str | None = None
     generator: torch.Generator | None = None
     admitted_once: bool = False
+    matcher: Matcher | None = None  # where the output is in its grammar, for structured output
 
     def __post_init__(self) -> None:
         if self.params.seed is not None:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import torch
 
 from engine.core.request import Request
-from engine.types import SamplingParams
+from engine.types import SamplingParams, TokenLogprob
 
 
 def apply_repetition_penalty(logits: torch.Tensor, previous: Sequence[int], penalty: float) -> torch.Tensor:
@@ -60,6 +60,42 @@ def ban_end_tokens(
     return logits
 
 
+def apply_constraints(logits: torch.Tensor, requests: Sequence[Request]) -> torch.Tensor:
+    """Each row's logit bias, and its grammar's mask (tokens the grammar does not allow next get -inf)."""
+    rows = [i for i, r in enumerate(requests) if r.params.logit_bias or r.matcher is not None]
+    if not rows:
+        return logits
+    logits = logits.clone()
+    for row in rows:
+        request = requests[row]
+        if request.params.logit_bias:
+            ids, values = zip(*request.params.logit_bias, strict=True)
+            index = torch.tensor(ids, dtype=torch.long, device=logits.device)
+            logits[row].index_add_(0, index, torch.tensor(values, dtype=logits.dtype, device=logits.device))
+        if request.matcher is not None:
+            logits[row].masked_fill_(~request.matcher.allowed().to(logits.device), float("-inf"))
+    return logits
+
+
+def token_logprobs(
+    logits: torch.Tensor, requests: Sequence[Request], tokens: Sequence[Sequence[int]]
+) -> list[list[TokenLogprob] | None]:
+    """Raw log probabilities (the model's own, before sampling settings, bias and grammar, as vLLM's default) of
+    each request's new tokens, with its top alternatives; None for requests that did not ask. One row per request
+    (requests that ask for logprobs get no drafts)."""
+    out: list[list[TokenLogprob] | None] = []
+    for row, (request, new) in enumerate(zip(requests, tokens, strict=True)):
+        count = request.params.logprobs
+        if count is None:
+            out.append(None)
+            continue
+        logprobs = torch.log_softmax(logits[row].float(), dim=-1)
+        top = torch.topk(logprobs, count) if count else None
+        alternatives = tuple(zip(top.indices.tolist(), top.values.tolist(), strict=True)) if top is not None else ()
+        out.append([TokenLogprob(new[0], float(logprobs[new[0]]), alternatives)])
+    return out
+
+
 class Sampler:
     def __init__(self, seed: int | None = None, eos_ids: set[int] | None = None) -> None:
         self.eos_ids: set[int] = set(eos_ids or ())
@@ -78,6 +114,7 @@ class Sampler:
         per_row = [r for r, d in zip(requests, drafts, strict=True) for _ in range(len(d) + 1)]
         made = [len(r.output_ids) + j for r, d in zip(requests, drafts, strict=True) for j in range(len(d) + 1)]
         logits = ban_end_tokens(logits, per_row, made, self.eos_ids)
+        logits = apply_constraints(logits, per_row)
         if all(r.params.greedy and r.params.repetition_penalty == 1.0 for r in requests):
             targets = logits.argmax(dim=-1).tolist()
             return _verify_greedy(targets, drafts)

@@ -1,0 +1,94 @@
+"""Grammar-constrained output, logprobs and logit bias in the engine (the OpenAI API's features, below the API)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from engine.errors import InvalidRequestError
+from engine.types import FinishReason, SamplingParams, StructuredOutput
+from tests.helpers import run_to_completion
+
+CHOICES = ["red", "green", "blue"]
+SCHEMA = {
+    "type": "object",
+    "properties": {"ok": {"type": "boolean"}, "n": {"enum": [1, 2, 3]}},
+    "required": ["ok", "n"],
+    "additionalProperties": False,  # else a random model invents keys until max_tokens
+}
+
+
+def decoded(engine, request) -> str:
+    return engine.tokenizer.decode(request.output_ids, skip_special_tokens=True)
+
+
+def test_a_choice_and_a_schema_constrain_what_the_model_writes(make_engine) -> None:
+    engine = make_engine()
+    choice = engine.add_request(
+        [5, 6, 7], SamplingParams(max_tokens=20, structured=StructuredOutput("choice", json.dumps(CHOICES)))
+    )
+    schema = engine.add_request(
+        [8, 9], SamplingParams(max_tokens=40, structured=StructuredOutput("json_schema", json.dumps(SCHEMA)))
+    )
+    free = engine.add_request([8, 9], SamplingParams(max_tokens=6, min_tokens=6))
+    run_to_completion(engine)
+    assert choice.finish_reason is FinishReason.STOP and decoded(engine, choice) in CHOICES
+    assert schema.finish_reason is FinishReason.STOP
+    value = json.loads(decoded(engine, schema))
+    assert isinstance(value["ok"], bool) and value["n"] in (1, 2, 3)
+    assert len(free.output_ids) == 6  # a free request in the same batch is unaffected
+
+
+def test_constrained_requests_survive_preemption_and_get_no_drafts(make_engine) -> None:
+    engine = make_engine(kv_pages=10, page_size=4, max_running=4)
+    looped = [7, 8, 9, 10] * 4  # drafts would be found for an unconstrained request
+    spec = StructuredOutput("json_schema", json.dumps({"type": "array", "items": {"type": "integer"}, "maxItems": 6}))
+    requests = [engine.add_request(looped, SamplingParams(max_tokens=24, structured=spec)) for _ in range(3)]
+    run_to_completion(engine)
+    totals = engine.metrics.snapshot().totals
+    assert totals.preemptions > 0 and totals.draft_tokens == 0
+    for request in requests:
+        if request.finish_reason is FinishReason.STOP:
+            assert isinstance(json.loads(decoded(engine, request)), list)
+    engine.pool.check_invariants()
+
+
+def test_a_bad_schema_is_refused_before_it_runs(make_engine) -> None:
+    engine = make_engine()
+    with pytest.raises(InvalidRequestError, match="json_schema"):
+        engine.check_request([5], SamplingParams(structured=StructuredOutput("json_schema", '{"type": "nope"}')))
+    with pytest.raises(InvalidRequestError, match="unknown structured output"):
+        StructuredOutput("yaml")
+
+
+def test_raw_logprobs_are_the_models_and_sorted(make_engine, tiny_loaded) -> None:
+    import torch
+
+    engine = make_engine()
+    request = engine.add_request([5, 6, 7], SamplingParams(max_tokens=3, min_tokens=3, logprobs=5))
+    events = run_to_completion(engine)[request.request_id]
+    per_token = [lp for e in events for lp in (e.logprobs or [])]
+    assert [lp.token_id for lp in per_token] == request.output_ids
+    for lp in per_token:
+        values = [v for _, v in lp.top]
+        assert values == sorted(values, reverse=True) and len(values) == 5
+        assert lp.top[0][0] == lp.token_id  # greedy: the chosen token is the likeliest
+    with torch.inference_mode():
+        from engine.model.reference import transformers_mode
+
+        with transformers_mode(tiny_loaded.model):
+            logits = tiny_loaded.model(input_ids=torch.tensor([[5, 6, 7]])).logits[0, -1]
+    expected = torch.log_softmax(logits.float(), dim=-1)[request.output_ids[0]]
+    assert abs(per_token[0].logprob - float(expected)) < 1e-3
+
+
+def test_logit_bias_moves_the_choice(make_engine) -> None:
+    engine = make_engine()
+    plain = engine.add_request([5, 6, 7], SamplingParams(max_tokens=1))
+    run_to_completion(engine)
+    favourite = (plain.output_ids[0] + 17) % 300
+    biased = engine.add_request([5, 6, 7], SamplingParams(max_tokens=1, logit_bias=((favourite, 100.0),)))
+    banned = engine.add_request([5, 6, 7], SamplingParams(max_tokens=1, logit_bias=((plain.output_ids[0], -100.0),)))
+    run_to_completion(engine)
+    assert biased.output_ids == [favourite] and banned.output_ids != plain.output_ids
