@@ -144,7 +144,8 @@ ROLES = {"system", "user", "assistant", "tool", "developer"}
 
 
 def validate_messages(messages: Sequence[dict]) -> list[dict]:
-    """Chat messages checked and reduced to {role, content} with text content."""
+    """Chat messages checked and reduced to {role, content} with text content; an assistant's tool calls (content may
+    then be empty) and a tool result's call id are kept."""
     if not isinstance(messages, Sequence) or isinstance(messages, str) or not messages:
         raise InvalidRequestError("messages must be a non-empty list of {role, content} objects")
     clean = []
@@ -157,7 +158,22 @@ def validate_messages(messages: Sequence[dict]) -> list[dict]:
             raise InvalidRequestError(f"message {number} has unknown role {role!r}")
         if isinstance(content, list):  # OpenAI content parts: keep the text ones
             content = "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+        calls = message.get("tool_calls") if role == "assistant" else None
+        if calls is not None and not (isinstance(calls, list) and all(_is_call(c) for c in calls)):
+            raise InvalidRequestError(f"message {number}: 'tool_calls' must be a list of {{type, function}} objects")
+        if content is None and calls:
+            content = ""  # what clients send back after a tool call: no text, only the calls
         if not isinstance(content, str):
             raise InvalidRequestError(f"message {number} has no text content")
-        clean.append({"role": role, "content": content})
+        item: dict = {"role": role, "content": content}
+        if calls:
+            item["tool_calls"] = calls
+        if role == "tool" and isinstance(message.get("tool_call_id"), str):
+            item["tool_call_id"] = message["tool_call_id"]
+        clean.append(item)
     return clean
+
+
+def _is_call(call: object) -> bool:
+    function = call.get("function") if isinstance(call, dict) else None
+    return isinstance(function, dict) and isinstance(function.get("name"), str)

@@ -128,8 +128,14 @@ class Engine:
     def pool_tokens(self) -> int:
         return self.pool.num_pages * self.pool.page_size
 
-    def encode(self, prompt: str | None = None, messages: Sequence[dict] | None = None, raw: bool = False) -> list[int]:
-        return encode_prompt(self.tokenizer, prompt=prompt, messages=messages, raw=raw)
+    def encode(
+        self,
+        prompt: str | None = None,
+        messages: Sequence[dict] | None = None,
+        raw: bool = False,
+        tools: Sequence[dict] | None = None,
+    ) -> list[int]:
+        return encode_prompt(self.tokenizer, prompt=prompt, messages=messages, raw=raw, tools=tools)
 
     def check_request(self, prompt_ids: Sequence[int], params: SamplingParams) -> None:
         """Refuse what can never run, with a message for the user. Safe to call from any thread."""

@@ -84,11 +84,12 @@ class EngineThread:
         params: SamplingParams | None = None,
         tag: str = "",
         request_id: str | None = None,
+        tools: Sequence[dict] | None = None,
     ) -> RequestHandle:
         """Queue a request. Bad input raises here, in the caller's thread, before anything is queued."""
         params = params or SamplingParams()
         if prompt_ids is None:
-            prompt_ids = self.engine.encode(prompt=prompt, messages=messages, raw=raw)
+            prompt_ids = self.engine.encode(prompt=prompt, messages=messages, raw=raw, tools=tools)
         self.engine.check_request(prompt_ids, params)
         request_id = request_id or new_request_id()
         handle = RequestHandle(self.cancel, request_id, len(prompt_ids))
