@@ -114,12 +114,22 @@ class RequestStats:
 
 
 @dataclass(frozen=True)
-class TokenLogprob:
-    """One generated token's log probability, and the most likely alternatives at its position (best first)."""
+class Alternative:
+    """A token the model could have written at a position, and its log probability."""
 
-    token_id: int
+    text: str
     logprob: float
-    top: tuple[tuple[int, float], ...] = ()
+    token_id: int = -1  # -1 where the token id is not known (a remote endpoint reports text)
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """One generated token's log probability, and the most likely tokens at its position (best first)."""
+
+    text: str
+    logprob: float
+    top: tuple[Alternative, ...] = ()
+    token_id: int = -1
 
 
 @dataclass
@@ -135,7 +145,8 @@ class TokenEvent:
     finish_reason: FinishReason | None = None
     stats: RequestStats | None = None
     error: str | None = None
-    logprobs: list[TokenLogprob] | None = None  # one per token id, when the request asked for them
+    logprobs: list[TokenLogprob] | None = None  # one per token, when the request asked for them
+    tool_calls: list[dict] | None = None  # OpenAI-shaped calls a remote endpoint reported, on the finishing event
 
 
 EventListener = Callable[[list[TokenEvent]], None]

@@ -201,6 +201,10 @@ class Engine:
             self.finish(request, FinishReason.ERROR, now, error=message) for request in list(self.requests.values())
         ]
 
+    def _token_text(self, token_id: int) -> str:
+        """A token as text on its own (byte pieces of a longer character show as the replacement character)."""
+        return self.tokenizer.decode([token_id], skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
     @property
     def has_unfinished(self) -> bool:
         return self.scheduler.num_unfinished > 0
@@ -230,7 +234,7 @@ class Engine:
             tokens = self.sampler.sample(result.logits, sampled, [c.draft for c in chunks]) if sampled else []
             logprobs = None
             if any(r.params.logprobs is not None for r in sampled):
-                logprobs = token_logprobs(result.logits, sampled, tokens)
+                logprobs = token_logprobs(result.logits, sampled, tokens, self._token_text)
             accepted = {id(c): len(t) - 1 for c, t in zip(chunks, tokens, strict=True) if c.draft}
             for chunk in scheduled.chunks:
                 self.scheduler.commit(chunk, accepted.get(id(chunk), 0))

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
 from engine.core.request import Request
-from engine.types import SamplingParams, TokenLogprob
+from engine.types import Alternative, SamplingParams, TokenLogprob
 
 
 def apply_repetition_penalty(logits: torch.Tensor, previous: Sequence[int], penalty: float) -> torch.Tensor:
@@ -78,11 +78,11 @@ def apply_constraints(logits: torch.Tensor, requests: Sequence[Request]) -> torc
 
 
 def token_logprobs(
-    logits: torch.Tensor, requests: Sequence[Request], tokens: Sequence[Sequence[int]]
+    logits: torch.Tensor, requests: Sequence[Request], tokens: Sequence[Sequence[int]], text: Callable[[int], str]
 ) -> list[list[TokenLogprob] | None]:
     """Raw log probabilities (the model's own, before sampling settings, bias and grammar, as vLLM's default) of
-    each request's new tokens, with its top alternatives; None for requests that did not ask. One row per request
-    (requests that ask for logprobs get no drafts)."""
+    each request's new token, with its top alternatives; None for requests that did not ask. One row per request
+    (requests that ask for logprobs get no drafts). text(token id) names a token."""
     out: list[list[TokenLogprob] | None] = []
     for row, (request, new) in enumerate(zip(requests, tokens, strict=True)):
         count = request.params.logprobs
@@ -90,9 +90,13 @@ def token_logprobs(
             out.append(None)
             continue
         logprobs = torch.log_softmax(logits[row].float(), dim=-1)
-        top = torch.topk(logprobs, count) if count else None
-        alternatives = tuple(zip(top.indices.tolist(), top.values.tolist(), strict=True)) if top is not None else ()
-        out.append([TokenLogprob(new[0], float(logprobs[new[0]]), alternatives)])
+        top: tuple[Alternative, ...] = ()
+        if count:
+            best = torch.topk(logprobs, count)
+            pairs = zip(best.indices.tolist(), best.values.tolist(), strict=True)
+            top = tuple(Alternative(text(i), v, i) for i, v in pairs)
+        chosen = new[0]
+        out.append([TokenLogprob(text(chosen), float(logprobs[chosen]), top, chosen)])
     return out
 
 

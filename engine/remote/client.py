@@ -21,6 +21,7 @@ from engine.remote.monitor import MetricsMonitor
 from engine.remote.stream import (
     StatusError,
     StreamState,
+    chunk_logprobs,
     error_message,
     sampling_fields,
     sse_chunks,
@@ -179,6 +180,8 @@ class RemoteClient:
         tag: str = "",
         request_id: str | None = None,
         model: str | None = None,
+        tools: Sequence[dict] | None = None,
+        tool_choice: object = None,
     ) -> RequestHandle:
         """Start a request; bad input raises here. Chats and plain prompts go to /chat/completions, raw prompts and
         token ids to /completions."""
@@ -196,7 +199,11 @@ class RemoteClient:
         else:
             chat = validate_messages(messages) if messages is not None else [{"role": "user", "content": prompt}]
             body, path = {"messages": chat}, "/chat/completions"
-        body.update(sampling_fields(params))
+        body.update(sampling_fields(params, chat=path == "/chat/completions"))
+        if tools:  # passed through as they are: the remote renders and parses them itself
+            body["tools"] = list(tools)
+            if tool_choice is not None:
+                body["tool_choice"] = tool_choice
         request_id = request_id or new_request_id()
         handle = RequestHandle(self.cancel, request_id, 0)
 
@@ -272,14 +279,15 @@ class RemoteClient:
 
     def _on_chunk(self, chunk: dict, state: StreamState, handle: RequestHandle) -> None:
         text, _ = state.apply(chunk)
-        if not text:
+        logprobs = chunk_logprobs(chunk)
+        if not text and not logprobs:
             return
         now = time.monotonic()
         previous = state.token_times[-1] if state.token_times else state.started
         state.token_times.append(now)
         record = TokenRecord(state.request_id, state.tag, now, len(state.token_times) - 1, now - previous)
         self.metrics.record_tokens([record])
-        self._deliver(handle, TokenEvent(state.request_id, state.tag, [], text, now))
+        self._deliver(handle, TokenEvent(state.request_id, state.tag, [], text, now, logprobs=logprobs))
 
     def _finish(
         self, handle: RequestHandle, state: StreamState, reason: FinishReason, error: str | None = None
@@ -292,7 +300,9 @@ class RemoteClient:
         self.metrics.record_finished({"request_id": state.request_id, "tag": state.tag, **asdict(stats)})
         if error:
             log.warning("remote request %s: %s", state.request_id, error)
-        self._deliver(handle, TokenEvent(state.request_id, state.tag, [], "", now, True, reason, stats, error))
+        event = TokenEvent(state.request_id, state.tag, [], "", now, True, reason, stats, error)
+        event.tool_calls = state.calls
+        self._deliver(handle, event)
 
     def _deliver(self, handle: RequestHandle, event: TokenEvent) -> None:
         handle.deliver(event)

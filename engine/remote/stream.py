@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import httpx
 
 from engine.errors import RemoteError
-from engine.types import FinishReason, RequestStats, SamplingParams
+from engine.types import Alternative, FinishReason, RequestStats, SamplingParams, StructuredOutput, TokenLogprob
 
 
 class StatusError(Exception):
@@ -83,8 +83,28 @@ def transport_message(name: str, exc: httpx.HTTPError, url: str, connect_s: floa
     return f"{name}: {type(exc).__name__}: {exc}"
 
 
-def sampling_fields(params: SamplingParams) -> dict:
+def structured_fields(structured: StructuredOutput) -> dict:
+    """OpenAI's response_format for JSON; vLLM's structured_outputs for a regex, a choice or a grammar."""
+    if structured.kind == "json_object":
+        return {"response_format": {"type": "json_object"}}
+    if structured.kind == "json_schema":
+        schema = json.loads(structured.spec)
+        return {"response_format": {"type": "json_schema", "json_schema": {"name": "output", "schema": schema}}}
+    value = json.loads(structured.spec) if structured.kind == "choice" else structured.spec
+    return {"structured_outputs": {structured.kind: value}}
+
+
+def sampling_fields(params: SamplingParams, chat: bool = True) -> dict:
+    """The request fields for these settings, as OpenAI's API (and vLLM's extras) name them."""
     fields: dict = {"max_tokens": params.max_tokens, "temperature": params.temperature, "top_p": params.top_p}
+    if params.logprobs is not None:
+        fields.update({"logprobs": True, "top_logprobs": params.logprobs} if chat else {"logprobs": params.logprobs})
+    if params.logit_bias:
+        fields["logit_bias"] = {str(token): bias for token, bias in params.logit_bias}
+    if params.structured is not None:
+        fields.update(structured_fields(params.structured))
+    if params.stop_token_ids:
+        fields["stop_token_ids"] = list(params.stop_token_ids)
     if params.seed is not None:
         fields["seed"] = params.seed
     if params.stop:
@@ -103,6 +123,25 @@ def sampling_fields(params: SamplingParams) -> dict:
     return fields
 
 
+def chunk_logprobs(chunk: dict) -> list[TokenLogprob] | None:
+    """The logprobs a chunk carries (chat: logprobs.content; completions: tokens, token_logprobs, top_logprobs)."""
+    found: list[TokenLogprob] = []
+    for choice in chunk.get("choices") or []:
+        block = choice.get("logprobs") or {}
+        for item in block.get("content") or []:
+            top = tuple(
+                Alternative(t.get("token", ""), float(t.get("logprob", 0.0))) for t in item.get("top_logprobs") or []
+            )
+            found.append(TokenLogprob(item.get("token", ""), float(item.get("logprob", 0.0)), top))
+        tops = block.get("top_logprobs") or []
+        for index, (token, logprob) in enumerate(
+            zip(block.get("tokens") or [], block.get("token_logprobs") or [], strict=False)
+        ):
+            top = tuple(Alternative(t, float(v)) for t, v in (tops[index] if index < len(tops) else {}).items())
+            found.append(TokenLogprob(token, float(logprob or 0.0), top))
+    return found or None
+
+
 @dataclass
 class StreamState:
     """What the client has seen of one reply so far; its stats are measured here, on the client."""
@@ -113,6 +152,7 @@ class StreamState:
     finish_reason: FinishReason | None = None
     usage: dict | None = None
     token_times: list[float] = field(default_factory=list)
+    tool_calls: dict[int, dict] = field(default_factory=dict)  # by index, their deltas joined
 
     def apply(self, chunk: dict) -> tuple[str, bool]:
         """Take one chunk (chat or completion shape): its text, and whether it carried a finish reason."""
@@ -122,11 +162,26 @@ class StreamState:
         for choice in chunk.get("choices") or []:
             piece = (choice.get("delta") or {}).get("content") if "delta" in choice else choice.get("text")
             text += piece or ""
+            for delta in (choice.get("delta") or {}).get("tool_calls") or []:
+                self._join_call(delta)
             if choice.get("finish_reason"):
                 reason = choice["finish_reason"]  # content_filter, tool_calls, eos...: the reply ended normally
                 self.finish_reason = FinishReason.LENGTH if reason == FinishReason.LENGTH else FinishReason.STOP
                 finished = True
         return text, finished
+
+    def _join_call(self, delta: dict) -> None:
+        call = self.tool_calls.setdefault(int(delta.get("index", 0)), {"type": "function", "function": {}})
+        if delta.get("id"):
+            call["id"] = delta["id"]
+        function = delta.get("function") or {}
+        if function.get("name"):
+            call["function"]["name"] = function["name"]
+        call["function"]["arguments"] = call["function"].get("arguments", "") + (function.get("arguments") or "")
+
+    @property
+    def calls(self) -> list[dict] | None:
+        return [self.tool_calls[i] for i in sorted(self.tool_calls)] or None
 
     def stats(self, reason: FinishReason, now: float) -> RequestStats:
         usage = self.usage or {}

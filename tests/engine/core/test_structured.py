@@ -71,9 +71,9 @@ def test_raw_logprobs_are_the_models_and_sorted(make_engine, tiny_loaded) -> Non
     per_token = [lp for e in events for lp in (e.logprobs or [])]
     assert [lp.token_id for lp in per_token] == request.output_ids
     for lp in per_token:
-        values = [v for _, v in lp.top]
+        values = [alternative.logprob for alternative in lp.top]
         assert values == sorted(values, reverse=True) and len(values) == 5
-        assert lp.top[0][0] == lp.token_id  # greedy: the chosen token is the likeliest
+        assert lp.top[0].token_id == lp.token_id and lp.top[0].text == lp.text  # greedy: the likeliest token
     with torch.inference_mode():
         from engine.model.reference import transformers_mode
 

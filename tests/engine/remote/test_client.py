@@ -274,3 +274,54 @@ def test_a_closed_client_says_so() -> None:
     with pytest.raises(RemoteError, match="connection to box was closed"):
         client.submit(messages=HELLO)
     client.shutdown()  # again: harmless
+
+
+def test_openai_features_pass_through_to_a_remote_endpoint() -> None:
+    """Structured output, logprobs, logit bias and tools go to the remote as OpenAI's fields (vLLM's extras for
+    regex/choice/grammar); its logprobs and streamed tool-call deltas come back on the events."""
+    import json as _json
+
+    from engine.types import StructuredOutput
+
+    seen: list[dict] = []
+    chunks = [
+        {"choices": [{"index": 0, "delta": {"role": "assistant", "tool_calls": [
+            {"index": 0, "id": "call_1", "type": "function", "function": {"name": "get_time", "arguments": ""}}]}}]},
+        {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": '{"tz": '}}]}}]},
+        {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": '"CET"}'}}]}}]},
+        {"choices": [{"index": 0, "delta": {"content": "ok"}, "logprobs": {"content": [
+            {"token": "ok", "logprob": -0.1, "top_logprobs": [
+                {"token": "ok", "logprob": -0.1}, {"token": "no", "logprob": -2.5}]}]}}]},
+        {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]},
+    ]  # fmt: skip
+
+    def server(request) -> None:
+        seen.append(request.body)
+        request.send_response(200)
+        request.send_header("Content-Type", "text/event-stream")
+        request.end_headers()
+        for chunk in chunks:
+            request.wfile.write(f"data: {_json.dumps(chunk)}\n\n".encode())
+        request.wfile.write(b"data: [DONE]\n\n")
+
+    tools = [{"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}]
+    schema = StructuredOutput("json_schema", '{"type": "object"}')
+    params = SamplingParams(max_tokens=8, logprobs=2, logit_bias=((5, 1.5),), structured=schema)
+    with stub_server(server) as url, RemoteClient(url, model="m", name="cluster") as client:
+        handle = client.submit(
+            messages=[{"role": "user", "content": "hi"}], params=params, tools=tools, tool_choice="auto"
+        )
+        events = list(handle.events(timeout=30))
+    body = seen[0]
+    assert body["logprobs"] is True and body["top_logprobs"] == 2 and body["logit_bias"] == {"5": 1.5}
+    assert body["response_format"]["type"] == "json_schema" and body["tools"] == tools and body["tool_choice"] == "auto"
+    logprobs = [lp for e in events for lp in (e.logprobs or [])]
+    assert logprobs[0].text == "ok" and [a.text for a in logprobs[0].top] == ["ok", "no"]
+    final = events[-1]
+    assert final.finished and final.tool_calls == [
+        {"type": "function", "id": "call_1", "function": {"name": "get_time", "arguments": '{"tz": "CET"}'}}
+    ]
+    regex = SamplingParams(structured=StructuredOutput("regex", "[0-9]+"))
+    from engine.remote.stream import sampling_fields
+
+    assert sampling_fields(regex)["structured_outputs"] == {"regex": "[0-9]+"}
