@@ -12,7 +12,7 @@ from engine.core.config import EngineConfig
 from engine.core.engine import Engine
 from engine.core.engine_thread import EngineThread
 from engine.core.request import Request
-from engine.types import SamplingParams, TokenEvent
+from engine.types import SamplingParams, StructuredOutput, TokenEvent
 
 VIAS = ("thread", "main", "server")
 WAIT_LIMIT_S = 3600.0  # one workload never runs this long; a stuck engine fails the run instead of hanging it
@@ -20,8 +20,12 @@ WAIT_LIMIT_S = 3600.0  # one workload never runs this long; a stuck engine fails
 
 def exact_length(request: BenchRequest) -> SamplingParams:
     """Greedy, exactly max_new_tokens: EOS is banned until then (as transformers' min_new_tokens and llama.cpp's
-    ignore_eos do), so every system makes the same tokens."""
+    ignore_eos do), so every system makes the same tokens. A JSON request ends where its JSON does."""
     n = request.max_new_tokens
+    if request.json_schema is not None:
+        return SamplingParams(
+            max_tokens=n, temperature=0.0, structured=StructuredOutput("json_schema", request.json_schema)
+        )
     return SamplingParams(max_tokens=n, min_tokens=n, temperature=0.0)
 
 

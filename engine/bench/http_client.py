@@ -4,6 +4,7 @@ arrives, as token ids to /v1/completions, timed chunk by chunk (TTFT, inter-toke
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Callable
 
@@ -18,7 +19,10 @@ ExtraFields = Callable[[BenchRequest], dict]
 
 
 def studio_fields(request: BenchRequest) -> dict:
-    """The studio's server bans EOS until max_tokens with vLLM's min_tokens."""
+    """The studio's server bans EOS until max_tokens with vLLM's min_tokens; a JSON request asks for its schema."""
+    if request.json_schema is not None:
+        schema = json.loads(request.json_schema)
+        return {"response_format": {"type": "json_schema", "json_schema": {"name": "reply", "schema": schema}}}
     return {"min_tokens": request.max_new_tokens}
 
 

@@ -29,6 +29,7 @@ DEFAULT_BASELINES = {
     "single": ["sequential", "static", "generate-batch", "llama-cpp-server"],
     "edit": ["sequential", "llama-cpp-server"],
     "chat16": ["sequential", "static", "generate-batch", "llama-cpp-server"],
+    "chat16-json": [],  # against chat16's own engine figures: what the grammar costs
     "chat64": ["static", "llama-cpp-server"],
     "shared-prefix": ["static", "llama-cpp-server"],
     "arrivals": ["static", "generate-batch", "llama-cpp-server"],

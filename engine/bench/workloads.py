@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import dataclass
 
@@ -45,11 +46,24 @@ EDIT_TEXT = (
 )
 
 
+JSON_REPLY = {
+    "type": "object",
+    "properties": {
+        "topic": {"type": "string"},
+        "facts": {"type": "array", "items": {"type": "string"}, "maxItems": 3},
+        "difficulty": {"enum": ["easy", "medium", "hard"]},
+    },
+    "required": ["topic", "facts", "difficulty"],
+    "additionalProperties": False,
+}
+
+
 @dataclass(frozen=True)
 class BenchRequest:
     prompt_ids: list[int]
     max_new_tokens: int
     arrival_s: float = 0.0  # offset from the start of the run
+    json_schema: str | None = None  # the reply must be JSON valid against it (it may end before max_new_tokens)
 
 
 @dataclass(frozen=True)
@@ -99,6 +113,11 @@ def build(name: str, tokenizer, scale: float = 1.0) -> Workload:
     if name == "chat16":
         reqs = [BenchRequest(chat(p), n(64)) for p in chat_prompts(16)]
         return Workload(name, "16 different chat prompts at once, 64 new tokens each", reqs)
+    if name == "chat16-json":
+        schema = json.dumps(JSON_REPLY)
+        asks = [f"{p} Answer in JSON." for p in chat_prompts(16)]
+        reqs = [BenchRequest(chat(p), n(64), json_schema=schema) for p in asks]
+        return Workload(name, "chat16 with a JSON schema on every request (grammar-constrained)", reqs)
     if name == "chat64":
         reqs = [BenchRequest(chat(p), n(128)) for p in chat_prompts(64)]
         return Workload(name, "64 different chat prompts at once, 128 new tokens each", reqs)
@@ -123,4 +142,4 @@ def build(name: str, tokenizer, scale: float = 1.0) -> Workload:
     raise KeyError(name)
 
 
-WORKLOADS = ["single", "edit", "chat16", "chat64", "shared-prefix", "arrivals"]
+WORKLOADS = ["single", "edit", "chat16", "chat16-json", "chat64", "shared-prefix", "arrivals"]

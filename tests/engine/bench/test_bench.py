@@ -143,3 +143,11 @@ def test_a_chunked_stream_is_timed_per_chunk_and_counted_by_usage() -> None:
     timing = RequestTiming(arrival=1.0, token_times=[1.5, 2.0], tokens=3)  # 3 tokens in 2 chunks
     result = SystemResult("server", 1.0, [timing])
     assert result.output_tokens == 3 and result.summary()["tokens_per_s"] == 3.0
+
+
+def test_the_json_workload_constrains_every_reply(tiny_loaded) -> None:
+    record = run_benchmark(tiny_loaded, ["chat16-json"], [], scale=0.5, plan=BenchPlan(vias=("thread",)))
+    row = record["workloads"]["chat16-json"]["systems"][0]
+    assert row["system"] == "engine-thread" and row["output_tokens"] > 0
+    workload = build("chat16-json", tiny_loaded.tokenizer, 0.5)
+    assert all(r.json_schema and '"difficulty"' in r.json_schema for r in workload.requests)
