@@ -18,6 +18,7 @@ class PackedBatch:
     keep: torch.Tensor  # rows whose logits are sampled: one per sampling chunk, 1 + draft for a verified draft
     context: StepContext
     sampling_chunks: list[ScheduledChunk]
+    greedy_only: bool = False  # every sampled row takes the likeliest token with no processing of its logits
 
 
 def _flat_tokens(ordered: list[ScheduledChunk], page_size: int) -> tuple[list[int], list[int], list[int]]:
@@ -90,10 +91,20 @@ def pack(chunks: list[ScheduledChunk], cache: PagedKVCache) -> PackedBatch:
         decode_max_pages=max_pages,
         prefills=_prefill_slices(prefills, len(decodes), ps, device),
     )
+    sampling = [c for c in ordered if c.samples]
     return PackedBatch(
+        greedy_only=all(_plain_greedy(c.request.params) for c in sampling),
         input_ids=torch.tensor(input_ids, dtype=torch.long, device=device),
         positions=torch.tensor(positions, dtype=torch.long, device=device),
         keep=torch.tensor(keep, dtype=torch.long, device=device),
         context=context,
-        sampling_chunks=[c for c in ordered if c.samples],
+        sampling_chunks=sampling,
     )
+
+
+def _plain_greedy(params) -> bool:
+    """Takes the likeliest token of logits nothing changes but a ban of end tokens (which only removes candidates)."""
+    return (
+        params.greedy and params.repetition_penalty == 1.0 and not params.logit_bias and params.structured is None
+        and params.logprobs is None
+    )  # fmt: skip

@@ -24,6 +24,7 @@ from engine.model import formats as formats_
 from engine.model.attention import PagedKVCache, StepContext
 from engine.model.batch import pack
 from engine.model.geometry import attention_geometry
+from engine.model.lm_head import LMHead
 from engine.model.reference import transformers_mode
 from engine.types import SamplingParams
 
@@ -113,14 +114,24 @@ class FastForward:
         head = model.get_output_embeddings()
         # The LM head stays in the model's own format: bfloat16 logits round to steps of 1/8 and more, which turns
         # near-ties into different greedy tokens (measured: the embedded model stopped answering "Paris").
-        self.lm_head = kernels.PackedLinear(head.weight, head.bias) if pack else head
+        exact_head = kernels.PackedLinear(head.weight, head.bias) if pack else head
+        self.lm_head = LMHead(exact_head, head.weight.detach(), head.bias, try_fast=formats_.BFLOAT16 in formats)
         self.linears = {native: self._native_linears(pack)}
         for fmt in formats:
             if fmt != native:
                 self.linears[fmt] = self._formatted_linears(fmt)
         self.choice = formats_.single(native)
         if len(self.linears) > 1:
-            self.choice = formats_.measure({fmt: self._pass(linears) for fmt, linears in self.linears.items()})
+            key = formats_.machine_key(
+                "layers",
+                len(self.layers),
+                self.hidden,
+                self.q_size,
+                self.kv_size,
+                self.intermediate,
+                sorted(self.linears),
+            )
+            self.choice = formats_.measure({fmt: self._pass(linears) for fmt, linears in self.linears.items()}, key=key)
             self.linears = {fmt: linears for fmt, linears in self.linears.items() if fmt in self.choice.formats}
         self.last_format = native
         self.kinds = ["lean Llama-family forward", "fused QKV", "fused gate/up MLP", "fused RMSNorm"]
@@ -171,7 +182,16 @@ class FastForward:
 
         return run
 
-    def __call__(self, ctx: StepContext, input_ids: torch.Tensor, positions: torch.Tensor, keep: torch.Tensor):
+    def __call__(
+        self,
+        ctx: StepContext,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        keep: torch.Tensor,
+        greedy_only: bool = False,
+    ) -> torch.Tensor:
+        """greedy_only: every sampled row only takes the likeliest token (no penalty, bias, grammar, logprobs), so
+        the LM head may compute the logits of the leading candidates exactly and the others approximately."""
         n = input_ids.shape[0]
         hidden = self.embed(input_ids)
         cos, sin = self.rotary(hidden.unsqueeze(0), positions.unsqueeze(0))
@@ -200,7 +220,7 @@ class FastForward:
             gate, up = gate_up(x).split(self.intermediate, dim=-1)
             hidden = hidden + down(F.silu(gate) * up)
         hidden = F.rms_norm(hidden.index_select(0, keep), norm_shape, self.final_norm, eps)
-        return self.lm_head(hidden)
+        return self.lm_head.greedy(hidden) if greedy_only else self.lm_head.exact(hidden)
 
 
 _ATTR = "_studio_fast_forward"

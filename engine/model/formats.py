@@ -4,16 +4,22 @@ decode is bound by memory bandwidth, but loses to float32 on CPUs without bfloat
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
+import platform
+import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 from torch import nn
 
 from engine.model import kernels
 from engine.model.quantized import Int4Linear, Int8Linear
+from engine.paths import cache_dir
 
 log = logging.getLogger(__name__)
 
@@ -101,21 +107,80 @@ def single(fmt: str) -> FormatChoice:
     return FormatChoice({bucket: fmt for bucket in BUCKETS})
 
 
-def measure(passes: dict[str, Callable[[int], None]], buckets: Sequence[int] = BUCKETS) -> FormatChoice:
-    """passes[format](rows) runs every linear of the model once on `rows` rows; the fastest format per bucket wins
-    (the best of five timed runs after a warm-up, so a busy moment of a shared machine does not decide)."""
-    timings: dict[str, dict[int, float]] = {fmt: {} for fmt in passes}
+def measure(
+    passes: dict[str, Callable[[int], None]], buckets: Sequence[int] = BUCKETS, key: str | None = None
+) -> FormatChoice:
+    """passes[format](rows) runs every linear of the model once on `rows` rows; the fastest format per bucket wins.
+    Formats are timed in turns (a busy spell of a shared machine hits them alike) and compared by their medians.
+    With a key (this machine, model shape, torch), the choice is remembered in the user cache: later starts are
+    instant and choose alike."""
+    remembered = _remembered(key, passes, buckets)
+    if remembered is not None:
+        return remembered
+    samples: dict[str, dict[int, list[float]]] = {fmt: {rows: [] for rows in buckets} for fmt in passes}
     with torch.inference_mode():
         for rows in buckets:
-            for fmt, run in passes.items():
-                run(rows)
-                samples = []
-                for _ in range(5):
+            for run in passes.values():
+                run(rows)  # warm-up: oneDNN creates its primitives on the first call
+            for _ in range(ROUNDS):
+                for fmt, run in passes.items():
                     started = time.perf_counter()
                     run(rows)
-                    samples.append(time.perf_counter() - started)
-                timings[fmt][rows] = min(samples) * 1e3
+                    samples[fmt][rows].append(time.perf_counter() - started)
+    timings = {
+        fmt: {rows: statistics.median(v) * 1e3 for rows, v in by_rows.items()} for fmt, by_rows in samples.items()
+    }
     chosen = {rows: min(passes, key=lambda fmt: timings[fmt][rows]) for rows in buckets}
     choice = FormatChoice(chosen, timings)
     log.info("weight formats: %s", choice.describe())
+    _remember(key, choice)
     return choice
+
+
+ROUNDS = 7
+
+
+def machine_key(*parts: object) -> str:
+    """What a measured choice depends on: the CPU, torch and its threads, and the caller's parts (shapes...)."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            cpu = next((line.split(":", 1)[1].strip() for line in info if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    text = json.dumps([cpu, torch.__version__, torch.get_num_threads(), *map(str, parts)])
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def _store() -> Path:
+    return cache_dir() / "weight-formats.json"
+
+
+def _remembered(key: str | None, passes: dict, buckets: Sequence[int]) -> FormatChoice | None:
+    if key is None:
+        return None
+    try:
+        entry = json.loads(_store().read_text()).get(key)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(entry, dict):
+        return None
+    chosen = {int(rows): fmt for rows, fmt in entry.get("chosen", {}).items()}
+    if set(chosen) != set(buckets) or not set(chosen.values()) <= set(passes):
+        return None
+    timings = {fmt: {int(r): float(v) for r, v in t.items()} for fmt, t in entry.get("timings", {}).items()}
+    return FormatChoice(chosen, timings)
+
+
+def _remember(key: str | None, choice: FormatChoice) -> None:
+    if key is None:
+        return
+    try:
+        store = json.loads(_store().read_text()) if _store().exists() else {}
+    except (OSError, ValueError):
+        store = {}
+    store[key] = {"chosen": choice.chosen, "timings": choice.timings_ms}
+    try:
+        _store().write_text(json.dumps(store, indent=1))
+    except OSError:  # a read-only cache: measured again next time, nothing lost
+        log.debug("could not remember the weight formats in %s", _store())

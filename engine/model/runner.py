@@ -70,7 +70,7 @@ class ModelRunner:
         started = time.perf_counter()
         weight_format = ""
         if self.fast is not None:
-            logits = self.fast(batch.context, batch.input_ids, batch.positions, batch.keep).float()
+            logits = self.fast(batch.context, batch.input_ids, batch.positions, batch.keep, batch.greedy_only).float()
             weight_format = self.fast.last_format
         else:
             with attention.step_context(batch.context):

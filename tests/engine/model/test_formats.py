@@ -92,3 +92,36 @@ def test_quantized_linears_stay_close_to_the_float32_linear() -> None:
         ):
             error = (module(x) - expected).abs().max() / expected.abs().max()
             assert error < bound, type(module).__name__
+
+
+def test_a_measured_choice_is_remembered_for_this_machine_and_shape() -> None:
+    calls: list[str] = []
+
+    def timed(name: str, delay: float):
+        return lambda rows: (calls.append(name), time.sleep(delay))
+
+    passes = {FLOAT32: timed(FLOAT32, 0.002), BFLOAT16: timed(BFLOAT16, 0.0002)}
+    key = formats.machine_key("test shape", 1, 2, 3)
+    first = measure(passes, buckets=(1, 4), key=key)
+    assert first.chosen == {1: BFLOAT16, 4: BFLOAT16} and calls
+    calls.clear()
+    again = measure(passes, buckets=(1, 4), key=key)
+    assert again.chosen == first.chosen and calls == []  # not measured again
+    assert measure(passes, buckets=(1, 4, 16), key=key).chosen[16] == BFLOAT16  # other buckets: measured anew
+
+
+def test_the_greedy_lm_head_picks_what_the_float32_head_picks() -> None:
+    from engine.model.lm_head import LMHead
+
+    torch.manual_seed(0)
+    weight = torch.randn(1000, 64) * 0.1
+    head = LMHead(torch.nn.Linear(64, 1000, bias=False), weight, None, try_fast=False)
+    head.exact.weight.data.copy_(weight)
+    if formats.usable(BFLOAT16, torch.device("cpu")):
+        head.fast = formats.make_linear(weight, None, BFLOAT16)  # as if measured faster
+    hidden = torch.randn(32, 64)
+    with torch.inference_mode():
+        exact, greedy = head.exact(hidden), head.greedy(hidden)
+    assert torch.equal(exact.argmax(-1), greedy.argmax(-1))
+    top = exact.topk(8).indices
+    assert torch.allclose(greedy.gather(-1, top), exact.gather(-1, top), atol=1e-5)

@@ -1,0 +1,41 @@
+"""The LM head: float32 logits, or, for steps that only pick the likeliest token, bfloat16 logits with the leading
+candidates recomputed in float32 (half the bytes of the largest matrix; the pick is the float32 one)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from engine.model import formats
+
+CANDIDATES = 8  # recomputed exactly; bfloat16's rounding (about 0.1 of a logit) never reorders a lead wider than that
+
+
+class LMHead:
+    """exact(hidden) -> float32 logits; greedy(hidden) -> logits whose CANDIDATES best are exact (the others may be
+    off by bfloat16's rounding): argmax over them is float32's argmax. Without a faster bfloat16 head here, both are
+    the float32 head."""
+
+    def __init__(self, exact: nn.Module, weight: torch.Tensor, bias: torch.Tensor | None, try_fast: bool) -> None:
+        self.exact = exact
+        self.weight = weight  # float32 [vocab, hidden], rows read back for the candidates
+        self.bias = bias
+        self.fast: nn.Module | None = None
+        if try_fast:
+            fast = formats.make_linear(weight, bias, formats.BFLOAT16)
+            x = torch.randn(1, weight.shape[1])
+            passes = {formats.FLOAT32: lambda _rows: exact(x), formats.BFLOAT16: lambda _rows: fast(x)}
+            key = formats.machine_key("lm head", *weight.shape)
+            if formats.measure(passes, buckets=(1,), key=key).format_for(1) == formats.BFLOAT16:
+                self.fast = fast
+
+    def greedy(self, hidden: torch.Tensor) -> torch.Tensor:
+        if self.fast is None:
+            return self.exact(hidden)
+        logits = self.fast(hidden)
+        top = torch.topk(logits, CANDIDATES, dim=-1).indices  # [rows, K]
+        rows = self.weight.index_select(0, top.reshape(-1)).view(*top.shape, -1)  # [rows, K, hidden]
+        exact = torch.bmm(rows, hidden.float().unsqueeze(-1)).squeeze(-1)
+        if self.bias is not None:
+            exact += self.bias[top]
+        return logits.scatter_(-1, top, exact)
