@@ -144,6 +144,7 @@ class ChatTabs(QObject):
         controller.title_changed.connect(lambda _title, c=controller: self._refresh_tab(c))
         controller.busy_changed.connect(lambda _busy, c=controller: self._on_busy(c))
         index = self.widget.addTab(controller.panel, chat.title)
+        controller.refresh_context()
         if select:
             self.widget.setCurrentIndex(index)
             controller.panel.input.setFocus()
@@ -206,6 +207,14 @@ class ChatTabs(QObject):
         for controller in self.controllers:
             if controller.backend_id == backend_id:
                 controller.backend_available()
+                controller.context.forget_pages()  # a new engine (or none): the old pool's pages are gone
+                controller.refresh_context()
+
+    def update_kv_pages(self, page_map) -> None:
+        """The local engine's newest page map: each chat on it counts the pages it holds or left cached."""
+        for controller in self.controllers:
+            if controller.backend_id == LOCAL:
+                controller.update_kv_pages(page_map)
 
     def stop_all(self, backend_id: str | None = LOCAL) -> None:
         for controller in self.controllers:
