@@ -52,6 +52,8 @@ def describe_remote_metrics(label: str, snapshot: RemoteMetricsSnapshot | None) 
     ttft = snapshot.ttft_mean_s if snapshot.ttft_mean_s is not None else snapshot.ttft_mean_total_s
     if ttft is not None:
         parts.append(f"TTFT {ttft * 1000:.0f} ms")
+    elif snapshot.generation_tokens_per_s is not None:
+        parts.append(f"{snapshot.generation_tokens_per_s:.0f} tok/s")
     return " · ".join(parts)
 
 

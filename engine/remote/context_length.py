@@ -31,6 +31,9 @@ def from_model_list(payload, model: str | None) -> int | None:
         for name in _CARD_FIELDS:
             if (length := _positive_int(card.get(name))) is not None:
                 return length
+        meta = card.get("meta")  # llama.cpp: the context its server runs with (not n_ctx_train, the model's own)
+        if isinstance(meta, dict) and (length := _positive_int(meta.get("n_ctx"))) is not None:
+            return length
     return None
 
 
