@@ -28,6 +28,7 @@ from app.chat.export import ChatDocument, ChatImportError, from_json, to_json, t
 from app.chat.reply_router import ReplyRouter
 from app.chat.store import ChatStore
 from app.chat.tabs import ChatTabs
+from app.compare.controller import install_compare
 from app.hosting.backends import BackendRegistry
 from app.hosting.engine_bridge import EngineBridge, Loader
 from app.hosting.hub_token import KeyringTokens
@@ -96,6 +97,7 @@ class MainWindow(QMainWindow):
         self.engine_status = EngineStatus(self.status, self.bridge, self.tabs, self)
         self.tabs.restore(settings.current_chat)
         self.remote = RemoteFeatures(self)  # remote endpoints per chat, the API server toggle (issue 5)
+        self.compare = install_compare(self)  # Model > Compare…
         self._restore_geometry()
 
     # ---- docks for colleagues' panels -------------------------------------------------------
