@@ -65,8 +65,9 @@ class CompareController(QObject):
 
     def open(self) -> QDialog:
         self.refresh_targets()
+        if self.dialog.isVisible():
+            self.dialog.raise_()  # already open behind the window: to the front (a new one comes up in front)
         self.dialog.show()
-        self.dialog.raise_()
         return self.dialog
 
     # ---- a run ------------------------------------------------------------------------------
