@@ -1,6 +1,6 @@
 """The Capacity experiment: how many chats of a given length one KV budget holds before preemption starts, as the
-average length grows. What limits a server is how many requests fit before their caches fill memory; a longer
-allowed context costs nothing until the traffic is long."""
+chats grow longer. What limits a server is how many requests fit before their caches fill memory; a longer allowed
+context costs nothing until the traffic is long."""
 
 from __future__ import annotations
 
@@ -11,23 +11,38 @@ from engine.experiments.plumbing import (
     greedy,
     pages_for,
     question,
-    rate,
     run_batch,
     text_prompt,
 )
 
-EXTRA_CHATS = 2  # more chats than should fit, so the point where preemption starts shows
 MIN_REPLY = 4
 
 
-def held_before_preemption(steps) -> tuple[int, bool]:
-    """(most requests running at once before the first preemption, whether one happened) from step records."""
-    peak = 0
-    for step in steps:
-        if step.preemptions:
-            return peak, True
-        peak = max(peak, step.running)
-    return peak, False
+def preemptions(count: int) -> str:
+    return "no preemption" if count == 0 else f"{count} preemption" + ("" if count == 1 else "s")
+
+
+def peak_running(engine) -> int:
+    """Most requests the engine ran in one step."""
+    return max((step.running for step in engine.metrics.snapshot(0, 1 << 62).steps), default=0)
+
+
+def _run(ctx: ExperimentContext, prompts: list[list[int]], length: int, label: str):
+    """Every chat exactly `length` tokens (prompt + reply), all admitted in the first step: with the prefill budget
+    that spares streaming chats off, the moment pages run out depends on the lengths alone, not on arrival order."""
+    step_tokens = max(ctx.base_config.max_step_tokens or 0, sum(len(p) for p in prompts))
+    engine = ctx.engine(
+        label,
+        pages=ctx.sizes.capacity_pages,
+        prefix_caching=False,  # the chats' shared template would otherwise make them look smaller than they are
+        prefill_budget_s=None,
+        max_step_tokens=step_tokens,
+        max_running=max(ctx.base_config.max_running, len(prompts)),
+    )
+    subs = [Submission(p, greedy(max(MIN_REPLY, length - len(p))), f"{length} tokens #{i + 1}")
+            for i, p in enumerate(prompts)]  # fmt: skip
+    outcome = run_batch(engine, subs, ctx)
+    return outcome, peak_running(engine)
 
 
 def capacity(ctx: ExperimentContext) -> ExperimentResult:
@@ -36,53 +51,41 @@ def capacity(ctx: ExperimentContext) -> ExperimentResult:
     budget_tokens = budget_pages * page_size
     rows, figures = [], []
     for length in sizes.capacity_lengths:
-        # a short question each (the chat template alone takes a few dozen tokens); the reply makes up the length,
-        # as a conversation grows by its replies
-        probe = text_prompt(tokenizer, 0, question(0))
-        reply = max(MIN_REPLY, length - len(probe))
-        per_chat = pages_for(len(probe) + reply, page_size)
-        fits = budget_pages // per_chat
-        chats = fits + EXTRA_CHATS
-        prompts = [text_prompt(tokenizer, 0, question(i)) for i in range(chats)]
-        average = sum(len(p) + reply for p in prompts) / chats
-        ctx.say(f"capacity: {chats} chats of about {average:.0f} tokens")
-        # no prefix caching: the chats' shared template would otherwise make them look smaller than they are
-        engine = ctx.engine(
-            f"experiment: capacity, chats of ~{average:.0f} tokens", pages=budget_pages, prefix_caching=False
-        )
-        outcome = run_batch(engine, [Submission(p, greedy(reply), f"~{average:.0f} tokens #{i + 1}")
-                                     for i, p in enumerate(prompts)], ctx)  # fmt: skip
-        steps = engine.metrics.snapshot(0, 1 << 62).steps
-        held, preempted = held_before_preemption(steps)
+        per_chat = pages_for(length, page_size)
+        fits = max(1, budget_pages // per_chat)
+        # a short question each (the chat template alone takes a few dozen tokens); the reply makes up the length
+        prompts = [text_prompt(tokenizer, 0, question(i)) for i in range(fits + 1)]
+        ctx.say(f"capacity: {fits} chats of {length} tokens, then {fits + 1}")
+        at_fit, ran = _run(ctx, prompts[:fits], length, f"experiment: capacity, {fits} chats of {length} tokens")
+        one_more, _ = _run(ctx, prompts, length, f"experiment: capacity, {fits + 1} chats of {length} tokens")
         figures.append(
             {
-                "average_tokens": average,
+                "length": length,
                 "pages_per_chat": per_chat,
                 "fit": fits,
-                "chats": chats,
-                "held_before_preemption": held,
-                "preempted": preempted,
-                "preemptions": outcome.preemptions,
-                "tokens_per_s": outcome.tokens_per_s,
+                "ran_at_once": ran,
+                "preemptions_at_fit": at_fit.preemptions,
+                "preemptions_one_more": one_more.preemptions,
+                "tokens_per_s": at_fit.tokens_per_s,
             }
         )
         rows.append(
             [
-                f"~{average:.0f} tokens",
-                f"{fits} ({budget_pages} pages ÷ {per_chat} per chat)",
-                f"{held} of {chats}" if preempted else f"all {chats} (no preemption)",
-                str(outcome.preemptions),
-                rate(outcome.tokens_per_s),
+                f"{length} tokens",
+                str(per_chat),
+                str(fits),
+                f"{ran} at once: {preemptions(at_fit.preemptions)}",
+                f"{fits + 1}: {preemptions(one_more.preemptions)}",
             ]
         )
-        del engine
     notes = [
-        f"One KV budget of {budget_pages} pages ({budget_tokens:,} tokens) for every run. Chats are admitted while "
-        "their prompts fit; as their replies grow, pages run out and the newest chat is preempted. About "
-        f"{budget_tokens:,} ÷ the chat length fit at once: twice as long, half as many.",
+        f"One KV budget of {budget_pages} pages ({budget_tokens:,} tokens) for every run, every chat admitted at once. "
+        f"About {budget_tokens:,} ÷ the chat length fit: that many run side by side without a preemption; one chat "
+        "more and, as the replies grow, pages run out and the newest chat is preempted (recomputed later). Twice as "
+        "long, half as many.",
         "What limits a server is how many requests fit before their caches fill memory, not the longest context it "
         "allows: a long allowed context costs nothing until the traffic itself is long.",
     ]
-    columns = ["average chat length", "fit in the budget", "running when preemption began", "preemptions", "throughput"]
+    columns = ["chat length", "pages each", f"fit in {budget_pages}", "that many", "one more"]
     title = f"Capacity: chats of growing length in one KV budget of {budget_pages} pages"
     return ExperimentResult("capacity", title, columns, rows, notes, figures)

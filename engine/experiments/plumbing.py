@@ -36,8 +36,8 @@ class ExperimentSizes:
     prefix_followers: int = 3
     pressure_streams: int = 6
     pressure_reply_tokens: int = 32
-    capacity_pages: int = 64  # the Capacity experiment's KV budget
-    capacity_lengths: tuple[int, ...] = (64, 128, 256)  # average chat lengths it tries (prompt + reply, tokens)
+    capacity_pages: int = 48  # the Capacity experiment's KV budget
+    capacity_lengths: tuple[int, ...] = (64, 128, 256)  # chat lengths it tries (prompt + reply, tokens)
     page_size: int = 16
 
     @classmethod
@@ -52,7 +52,7 @@ class ExperimentSizes:
             pressure_streams=3,
             pressure_reply_tokens=12,
             capacity_pages=40,
-            capacity_lengths=(48, 96),
+            capacity_lengths=(64, 96),
             page_size=4,
         )
 

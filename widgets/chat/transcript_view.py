@@ -82,6 +82,7 @@ class TranscriptView(QScrollArea):
         while len(self._views) > count:
             view = self._views.pop()
             self._layout.removeWidget(view)
+            view.hide()  # deleted later: until then it would still paint where it was
             view.deleteLater()
         self._placeholder.setVisible(not self._views)
         self._refresh_actions()
@@ -90,14 +91,16 @@ class TranscriptView(QScrollArea):
         """Dim the messages that were left out of the model's context, with a line where each run of them begins."""
         for marker in self._markers:
             self._layout.removeWidget(marker)
+            marker.hide()  # deleted later: until then it would still paint where it was
             marker.deleteLater()
         self._markers.clear()
         dropped = set(indices)
         for index, view in enumerate(self._views):
-            if view.property("dropped") != (index in dropped):
+            if bool(view.property("dropped")) != (index in dropped):
                 view.setProperty("dropped", index in dropped)
-                view.style().unpolish(view)
-                view.style().polish(view)
+                for widget in (view, *view.findChildren(QLabel)):  # the style sheet dims its labels by the property
+                    widget.style().unpolish(widget)
+                    widget.style().polish(widget)
         runs = [i for i in sorted(dropped) if i < len(self._views) and i - 1 not in dropped]
         for start in runs:
             count = next(n for n in range(1, len(self._views) + 1) if start + n not in dropped)

@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import pytest
-
 from engine.core.config import EngineConfig
-from engine.experiments.capacity import held_before_preemption
 from engine.experiments.catalog import experiment
 from engine.experiments.plumbing import ExperimentContext, ExperimentSizes
 from engine.experiments.pressure import first_divergence, replies_note
-from tests.widgets.synthetic import step
 
 
 def test_memory_pressure_on_float32_weights_keeps_the_replies_identical(embedded_model) -> None:
@@ -37,27 +33,17 @@ def test_where_replies_part_the_note_says_from_which_token_and_why() -> None:
     assert "bug" in replies_note((0, 5), "float32", exact=True)
 
 
-def test_capacity_fits_fewer_chats_as_they_grow_longer(tiny_loaded) -> None:
+def test_capacity_finds_where_preemption_starts_as_chats_grow_longer(tiny_loaded) -> None:
     ctx = ExperimentContext(tiny_loaded, EngineConfig(), ExperimentSizes.small())
     result = experiment("capacity").run(ctx)
     short, long = result.figures
-    assert long["average_tokens"] > short["average_tokens"]
-    assert long["fit"] < short["fit"] and long["pages_per_chat"] > short["pages_per_chat"]
+    assert (short["length"], long["length"]) == (64, 96)
+    assert short["pages_per_chat"] == 16 and long["pages_per_chat"] == 24  # 4-token pages
+    assert short["fit"] == 40 // 16 and long["fit"] == 40 // 24
     for figures in result.figures:
-        assert figures["chats"] > figures["fit"]  # more than fit: preemption shows where the budget ends
-        assert figures["preempted"] and figures["preemptions"] > 0
-        assert 1 <= figures["held_before_preemption"] <= figures["chats"]
-    assert long["preemptions"] > short["preemptions"]  # the same budget thrashes once chats outgrow it
-    assert len(result.rows) == 2 and "preempted" in result.notes[0]
-
-
-@pytest.mark.parametrize(
-    ("preempting_step", "expected"),
-    [(None, (3, False)), (3, (3, True)), (1, (1, True))],
-)
-def test_held_before_preemption_is_the_peak_before_the_first_preemption(preempting_step, expected) -> None:
-    running = [1, 3, 3, 2, 2]
-    steps = [
-        step(i, float(i), decode=1, running=r, preemptions=int(i == preempting_step)) for i, r in enumerate(running)
-    ]
-    assert held_before_preemption(steps) == expected
+        assert figures["ran_at_once"] == figures["fit"]  # all of them side by side
+        assert figures["preemptions_at_fit"] == 0  # the budget holds exactly that many
+        assert figures["preemptions_one_more"] > 0  # one more, and pages run out
+    assert [row[:3] for row in result.rows] == [["64 tokens", "16", "2"], ["96 tokens", "24", "1"]]
+    assert result.rows[0][3] == "2 at once: no preemption" and result.rows[0][4].startswith("3: ")
+    assert "preempted" in result.notes[0]
