@@ -55,6 +55,7 @@ class Fit:
     system_tokens: int | None = None
     fits: bool = True
     reason: str = ""
+    newest_fits: bool = True  # the system prompt and the newest turn alone leave room (dropping history would help)
 
 
 def _turns(messages: Sequence[ChatMessage]) -> list[list[int]]:
@@ -111,9 +112,13 @@ def fit_conversation(
         return Fit(sent, sorted(gone), tokens, system_tokens, tokens + room <= limits.length)
 
     best = attempt(0)
+    if not best.fits and turns:
+        alone = _safe_count(limits, _as_dicts(system_prompt, messages, turns[-1]))
+        best.newest_fits = alone + max(1, min(max_tokens, limits.length // REPLY_SHARE)) <= limits.length
     if best.fits or not droppable:
         return _with_reason(best, policy, limits.length)
     low, high = 1, len(droppable)  # fewest turns dropped that fit: dropping more only ever shortens the prompt
+    newest_fits = best.newest_fits
     best = attempt(high)
     while low < high:
         middle = (low + high) // 2
@@ -124,6 +129,7 @@ def fit_conversation(
             low = middle + 1
     if not best.fits:
         best = attempt(len(droppable))
+    best.newest_fits = newest_fits
     return _with_reason(best, policy, limits.length)
 
 
@@ -137,6 +143,12 @@ def _with_reason(fit: Fit, policy: str, length: int) -> Fit:
 def overflow_message(fit: Fit, limits: ContextLimits, policy: str) -> str:
     """Why nothing was sent, and what the user can do."""
     used = f"{fit.prompt_tokens:,}" if fit.prompt_tokens is not None else "more"
+    if not fit.newest_fits:  # no policy helps: the message itself is too long
+        return (
+            f"Not sent: the newest message and the system prompt alone leave no room for a reply in the model's "
+            f"context of {limits.length:,} tokens (the conversation is {used} tokens); shorten it (or the system "
+            "prompt), or lower Max tokens."
+        )
     if policy == OVERFLOW_STOP:
         return (
             f"Not sent: this conversation ({used} tokens) no longer fits the model's context of {limits.length:,} "

@@ -181,7 +181,8 @@ class ChatController(QObject):
         if not fit.fits:  # said here, in words, before the engine refuses it with a bare "prompt too long"
             message = overflow_message(fit, limits, policy)
             self._finish(FinishReason.ERROR, None, message)
-            self.panel.notice.show_message(message, ERROR, self._overflow_action(policy))
+            action = self._overflow_action(policy) if fit.newest_fits else None
+            self.panel.notice.show_message(message, ERROR, action)
             return
         try:
             handle = backend.submit(messages=fit.messages, params=self.settings.to_params(), tag=self.title)

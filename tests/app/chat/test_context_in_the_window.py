@@ -20,19 +20,26 @@ def long_history(turns: int = 12, words: int = 160) -> list[ChatMessage]:
 def test_the_meter_counts_prompt_and_reply_against_the_context_and_the_pages_held(qtbot, make_window, ignore_eos):
     window = make_window()
     chat = window.tabs.current
-    chat.set_settings(settings(max_tokens=40, system_prompt="You answer briefly."))
+    chat.set_settings(settings(max_tokens=400, system_prompt="You answer briefly."))
     assert chat.context.usage.context_tokens == 2048 and not chat.context.usage.approximate
     held: list[int] = []
-    window.pump.events_arrived.connect(lambda _events: held.append(chat.context.usage.pages_held))
+
+    def pages_seen() -> bool:  # what the status timer does every 250 ms: read the engine's page map
+        window.refresh_status()
+        held.append(chat.context.usage.pages_held)
+        return held[-1] > 0
+
     assert chat.send("hello there")
-    qtbot.waitUntil(lambda: chat.context.usage.pages_held > 0, timeout=30_000)  # the status timer reads the map
+    qtbot.waitUntil(pages_seen, timeout=30_000)
+    assert chat.busy  # the pages were counted while the reply was being written
     wait_idle(qtbot, chat)
     usage = chat.context.usage
     stats = chat.messages[-1].stats
-    assert usage.system_tokens > 0 and usage.reply_tokens == stats["output_tokens"] == 40
-    assert usage.used == stats["prompt_tokens"] + 40
+    assert usage.system_tokens > 0 and usage.reply_tokens == stats["output_tokens"] == 400
+    assert usage.used == stats["prompt_tokens"] + 400
     assert chat.panel.meter.text.startswith(f"Context {usage.used:,} / 2,048 tokens")
-    qtbot.waitUntil(lambda: chat.context.usage.pages_held == 0 and chat.context.usage.pages_cached > 0, timeout=5000)
+    qtbot.waitUntil(lambda: (window.refresh_status(), chat.context.usage.pages_cached > 0)[1], timeout=5000)
+    assert chat.context.usage.pages_held == 0
     assert "KV pages cached" in chat.panel.meter.text
 
 

@@ -105,7 +105,7 @@ def test_the_transcript_marks_where_history_was_dropped(panel) -> None:
     assert view.dropped_markers == [
         "✂ Not sent to the model: the 2 messages below (truncated the middle to fit the context)"
     ]
-    assert [v.property("dropped") for v in view.views] == [False, False, True, True, False, False]
+    assert [bool(v.property("dropped")) for v in view.views] == [False, False, True, True, False, False]
     view.mark_dropped([0, 1, 4])
     assert len(view.dropped_markers) == 2 and "the message below" in view.dropped_markers[1]
     view.truncate(3)
