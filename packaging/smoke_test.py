@@ -42,7 +42,14 @@ HARMLESS = [
     re.compile(r"^WARNING bitsandbytes\.backends\.cpu\.ops: Failed to load CPU gemm_4bit_forward from kernels-"),
 ]
 PROGRESS = re.compile(r"^\[[^\]]*\]$")
-SCREENSHOTS = ("studio-streaming.png", "studio-light.png", "studio-dark.png", "dashboard-streaming.png")
+SCREENSHOTS = (
+    "studio-streaming.png",
+    "studio-light.png",
+    "studio-dark.png",
+    "dashboard-streaming.png",
+    "studio-docked.png",
+    "compare.png",
+)
 # taken only when both replies are a few tokens in while both still stream, which depends on the machine's speed
 OPTIONAL_SCREENSHOTS = ("dashboard-midstream.png",)
 SELF_TEST_TIMEOUT_S = 600

@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QToolButton, QWidget
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QSizePolicy, QToolButton, QWidget
 
 INFO = "info"
 ERROR = "error"
+
+_LONG_WORD = re.compile(r"\S{32,}")
+_BREAK_AFTER = re.compile(r"([/\\_.:?&=-])")
+
+
+def breakable(text: str) -> str:
+    """Long words (paths, URLs, hub errors) get invisible break points after their separators: a word-wrapped
+    label cannot break inside a word, and would otherwise ask for the whole word's width."""
+    return _LONG_WORD.sub(lambda m: _BREAK_AFTER.sub("\\1\u200b", m.group(0)), text)
 
 
 class NoticeBar(QFrame):
@@ -20,6 +30,9 @@ class NoticeBar(QFrame):
         self.label = QLabel()
         self.label.setWordWrap(True)
         self.label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        # as wide as the window gives, never wider: the text wraps (a long message must not widen the window)
+        self.label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self._text = ""
         self.action_button = QPushButton()
         self.action_button.setVisible(False)
         close = QToolButton()
@@ -38,7 +51,7 @@ class NoticeBar(QFrame):
 
     @property
     def text(self) -> str:
-        return self.label.text()
+        return self._text
 
     def show_message(
         self,
@@ -49,7 +62,8 @@ class NoticeBar(QFrame):
         self.setProperty("level", level)
         self.style().unpolish(self)  # re-read the style sheet: the colours depend on the level property
         self.style().polish(self)
-        self.label.setText(text)
+        self._text = text
+        self.label.setText(breakable(text))
         self._action = action[1] if action else None
         self.action_button.setText(action[0] if action else "")
         self.action_button.setVisible(action is not None)
@@ -58,6 +72,7 @@ class NoticeBar(QFrame):
     def dismiss(self) -> None:
         self.setVisible(False)
         self.label.clear()
+        self._text = ""
         self.dismissed.emit()
 
     def _run_action(self) -> None:

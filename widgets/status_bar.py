@@ -1,8 +1,11 @@
-"""StudioStatusBar: the loaded model, its device and precision, KV pages in use, requests running and waiting."""
+"""StudioStatusBar: the loaded model, its device and precision, KV pages in use, requests running and waiting
+(long texts elide rather than widen the window)."""
 
 from __future__ import annotations
 
 from PySide6.QtWidgets import QLabel, QProgressBar, QStatusBar, QWidget
+
+from widgets.elided_label import ElidedLabel
 
 
 class StudioStatusBar(QStatusBar):
@@ -15,7 +18,8 @@ class StudioStatusBar(QStatusBar):
         self.loading.setMaximumHeight(14)
         self.loading.setTextVisible(False)
         self.loading.setVisible(False)
-        self.model = QLabel("no model")
+        # a long model name, path or loading step shortens itself; it must never widen the window
+        self.model = ElidedLabel("no model")
         self.device = QLabel()
         self.precision = QLabel()
         self.pages = QProgressBar()

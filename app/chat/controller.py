@@ -3,16 +3,28 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
+from app.chat.context_fit import fit_conversation, limits_for, overflow_message
+from app.chat.context_tracker import ChatContext
 from app.chat.reply_router import ReplyRouter
 from app.chat.store import ChatStore, StoredChat
 from app.hosting.backends import BackendRegistry, ReplyHandle
 from engine.errors import StudioError
 from engine.types import FinishReason, TokenEvent
-from widgets.chat.data import ASSISTANT, USER, ChatMessage, ChatSettings, conversation, stats_dict
+from widgets.chat.data import (
+    ASSISTANT,
+    OVERFLOW_STOP,
+    OVERFLOW_TRUNCATE_MIDDLE,
+    USER,
+    ChatMessage,
+    ChatSettings,
+    stats_dict,
+)
 from widgets.chat.panel import ChatPanel
+from widgets.notice_bar import ERROR
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +56,7 @@ class ChatController(QObject):
         self.panel.regenerate_requested.connect(self.regenerate)
         self.panel.edit_requested.connect(self.begin_edit)
         self.panel.settings_changed.connect(self.set_settings)
+        self.context = ChatContext(self.panel)
 
     # ---- state ------------------------------------------------------------------------------
     @property
@@ -105,9 +118,12 @@ class ChatController(QObject):
         self.panel.begin_edit(index, self.messages[index].content)
 
     def set_settings(self, settings: ChatSettings) -> None:
+        changed = settings != self.settings
         self.settings = settings
         self.panel.set_settings(settings)
         self._store.update_chat(self.chat_id, settings=settings)
+        if changed:
+            self.refresh_context()  # a new system prompt or overflow policy changes what the next request takes
 
     def set_backend(self, backend_id: str) -> bool:
         """Write this chat's next replies with another backend (a remote endpoint, say). False while one streams."""
@@ -155,12 +171,21 @@ class ChatController(QObject):
         if backend is None:
             self.panel.transcript.set_status(index, "waiting for the model to load…")
             return
+        limits = limits_for(backend)
+        policy = self.settings.overflow
+        fit = fit_conversation(
+            self.settings.system_prompt, self.messages[:index], limits, policy, self.settings.max_tokens
+        )
+        self.context.measured(fit, limits)
+        self.panel.transcript.mark_dropped(fit.dropped, fit.reason)
+        if not fit.fits:  # said here, in words, before the engine refuses it with a bare "prompt too long"
+            message = overflow_message(fit, limits, policy)
+            self._finish(FinishReason.ERROR, None, message)
+            action = self._overflow_action(policy) if fit.newest_fits else None
+            self.panel.notice.show_message(message, ERROR, action)
+            return
         try:
-            handle = backend.submit(
-                messages=conversation(self.settings.system_prompt, self.messages[:index]),
-                params=self.settings.to_params(),
-                tag=self.title,
-            )
+            handle = backend.submit(messages=fit.messages, params=self.settings.to_params(), tag=self.title)
         except StudioError as exc:  # bad settings, a prompt that does not fit: this tab's problem only
             self._finish(FinishReason.ERROR, None, str(exc))
             return
@@ -189,6 +214,7 @@ class ChatController(QObject):
         if delta:
             message.content += "".join(delta)
             self.panel.transcript.set_streaming_text(self._reply_index, message.content)
+            self.context.streamed([e for e in events if e.request_id == self._reply.request_id])
         if final is not None:
             error = final.error
             if final.finish_reason is FinishReason.ERROR and not error:
@@ -210,7 +236,47 @@ class ChatController(QObject):
         self._store.put_message(self.chat_id, index, message)
         self.panel.transcript.set_status(index, "")
         self.panel.transcript.update_message(index, message)
+        self.context.finished(message.stats)
+        self._say_if_the_context_ended(message)
         self._set_busy(False)
+
+    # ---- the context ------------------------------------------------------------------------
+    def refresh_context(self) -> None:
+        """Count the conversation as it would go out now (a chat opened, a model loaded, a system prompt changed)."""
+        backend = self._registry.get(self.backend_id)
+        if backend is None or self.busy:
+            return
+        limits = limits_for(backend)
+        fit = fit_conversation(
+            self.settings.system_prompt, self.messages, limits, self.settings.overflow, self.settings.max_tokens
+        )
+        last = self.messages[-1] if self.messages else None
+        reply = (last.stats or {}).get("output_tokens") if last is not None and last.role == ASSISTANT else None
+        self.context.measured(fit, limits, reply or 0)
+        self.panel.transcript.mark_dropped(fit.dropped, fit.reason)
+
+    def update_kv_pages(self, page_map) -> None:
+        self.context.pages(page_map, self.request_id)
+
+    def _overflow_action(self, policy: str):
+        if policy != OVERFLOW_STOP:
+            return None
+
+        def truncate_and_retry() -> None:
+            self.set_settings(replace(self.settings, overflow=OVERFLOW_TRUNCATE_MIDDLE))
+            self.regenerate()
+
+        return ("Truncate the middle and retry", truncate_and_retry)
+
+    def _say_if_the_context_ended(self, message: ChatMessage) -> None:
+        stats = message.stats or {}
+        length = self.context.usage.context_tokens
+        used = (stats.get("prompt_tokens") or 0) + (stats.get("output_tokens") or 0)
+        if message.finish_reason is FinishReason.LENGTH and length and used >= length - 1:
+            self.panel.show_info(
+                f"The reply stopped at the end of the model's context ({length:,} tokens). To go on, choose "
+                "“truncate the middle” or “rolling window” under When full in the chat settings."
+            )
 
     def _force_stop(self, request_id: str) -> None:
         if self._reply is not None and self._reply.request_id == request_id:

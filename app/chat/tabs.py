@@ -22,6 +22,9 @@ _BUSY_MARK = " ●"
 class ChatTabs(QObject):
     current_changed = Signal(object)  # the ChatController shown, or None
     busy_changed = Signal()  # some tab started or finished a reply
+    open_chats_changed = Signal()  # a chat was opened or closed (the history marks open ones)
+    sidebar_toggled = Signal(bool)  # the user showed or hid a chat's settings sidebar (all tabs follow)
+    sidebar_width_changed = Signal(int)  # the user dragged a chat's splitter (all tabs follow)
 
     def __init__(
         self,
@@ -38,6 +41,7 @@ class ChatTabs(QObject):
         self._confirm = confirm
         self._send_key = "enter"
         self._settings_visible = True
+        self._sidebar_width = 0  # 0: the panel's default
         self.widget = QTabWidget()
         self.widget.setObjectName("chatTabs")
         self.widget.setTabsClosable(True)
@@ -82,6 +86,18 @@ class ChatTabs(QObject):
             number += 1
         return f"Chat {number}"
 
+    def unique_title(self, title: str) -> str:
+        """`title`, or one no open tab has: the next free "Chat N" for a numbered one, else "title (imported)"."""
+        taken = {c.title for c in self.controllers}
+        if title not in taken:
+            return title
+        if _NUMBERED.match(title):
+            return self.next_title()
+        candidate, number = f"{title} (imported)", 2
+        while candidate in taken:
+            candidate, number = f"{title} (imported {number})", number + 1
+        return candidate
+
     def new_chat(
         self,
         settings: ChatSettings | None = None,
@@ -121,13 +137,19 @@ class ChatTabs(QObject):
         controller.panel.setProperty("controller", controller)
         controller.panel.input.set_send_key(self._send_key)
         controller.panel.set_settings_visible(self._settings_visible)
+        if self._sidebar_width:
+            controller.panel.set_sidebar_width(self._sidebar_width)
+        controller.panel.sidebar_toggled.connect(self.sidebar_toggled)
+        controller.panel.sidebar_width_changed.connect(self._on_sidebar_width)
         controller.title_changed.connect(lambda _title, c=controller: self._refresh_tab(c))
         controller.busy_changed.connect(lambda _busy, c=controller: self._on_busy(c))
         index = self.widget.addTab(controller.panel, chat.title)
+        controller.refresh_context()
         if select:
             self.widget.setCurrentIndex(index)
             controller.panel.input.setFocus()
         self._save_open_tabs()
+        self.open_chats_changed.emit()
         return controller
 
     # ---- closing, renaming, moving ----------------------------------------------------------
@@ -148,6 +170,7 @@ class ChatTabs(QObject):
             self.new_chat()
         self._save_open_tabs()
         self.busy_changed.emit()
+        self.open_chats_changed.emit()
         return True
 
     def close_chat_id(self, chat_id: int) -> None:
@@ -184,6 +207,14 @@ class ChatTabs(QObject):
         for controller in self.controllers:
             if controller.backend_id == backend_id:
                 controller.backend_available()
+                controller.context.forget_pages()  # a new engine (or none): the old pool's pages are gone
+                controller.refresh_context()
+
+    def update_kv_pages(self, page_map) -> None:
+        """The local engine's newest page map: each chat on it counts the pages it holds or left cached."""
+        for controller in self.controllers:
+            if controller.backend_id == LOCAL:
+                controller.update_kv_pages(page_map)
 
     def stop_all(self, backend_id: str | None = LOCAL) -> None:
         for controller in self.controllers:
@@ -199,6 +230,15 @@ class ChatTabs(QObject):
         self._settings_visible = visible
         for controller in self.controllers:
             controller.panel.set_settings_visible(visible)
+
+    def set_sidebar_width(self, width: int) -> None:
+        self._sidebar_width = width
+        for controller in self.controllers:
+            controller.panel.set_sidebar_width(width)
+
+    def _on_sidebar_width(self, width: int) -> None:
+        self.set_sidebar_width(width)
+        self.sidebar_width_changed.emit(width)
 
     def shutdown(self) -> None:
         """The window closes: stop every reply, keeping what was generated; remember the open tabs."""

@@ -1,4 +1,4 @@
-"""Starts the desktop window, or says in one line why it can't (no display) and what to use instead."""
+"""Starts the desktop window, or says why it can't (no display, missing Qt platform libraries) and what to do."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import os
 import sys
 
 from app.cli.options import add_model_options
+from app.cli.qt_libraries import missing_libraries, missing_libraries_message, uses_xcb
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -33,6 +34,9 @@ def launch(args: argparse.Namespace) -> int:
             "`inference-studio generate --prompt ...` or `inference-studio serve`",
             file=sys.stderr,
         )
+        return 1
+    if uses_xcb() and (missing := missing_libraries()):
+        print(missing_libraries_message(missing), file=sys.stderr)
         return 1
     # Qt loads here, after the display check, so the terminal commands run on machines without Qt's libraries
     from app.window.main_window import run_studio

@@ -52,6 +52,8 @@ def describe_remote_metrics(label: str, snapshot: RemoteMetricsSnapshot | None) 
     ttft = snapshot.ttft_mean_s if snapshot.ttft_mean_s is not None else snapshot.ttft_mean_total_s
     if ttft is not None:
         parts.append(f"TTFT {ttft * 1000:.0f} ms")
+    elif snapshot.generation_tokens_per_s is not None:
+        parts.append(f"{snapshot.generation_tokens_per_s:.0f} tok/s")
     return " · ".join(parts)
 
 
@@ -78,8 +80,10 @@ class RemoteFeatures(QObject):
         self.picker = BackendPicker()
         self.picker.backend_chosen.connect(self.choose_backend)
         self.picker.add_requested.connect(self.add_endpoint_dialog)
-        window.toolbar.addSeparator()
-        window.toolbar.addWidget(self.picker)
+        # right after "New chat": the first thing to see of a chat is which model it talks to, and a toolbar
+        # too narrow for all its items (a large font) drops the last ones into its overflow menu, not this one
+        anchor = window.actions.choose_model
+        window.toolbar.insertWidget(anchor, self.picker)
         self.server_label = QLabel()
         self.server_label.setObjectName("serverStatus")
         self.server_label.setToolTip("The OpenAI-compatible API the studio serves (Server menu)")

@@ -7,6 +7,7 @@ from PySide6.QtCore import QSettings, Qt, QTimer
 from PySide6.QtWidgets import QMainWindow, QMenu
 
 from app.hosting.experiments_controller import ExperimentController, build_experiments_menu
+from widgets.chat.panel import CHAT_MIN_WIDTH
 from widgets.dashboard.dashboard import WINDOWS, DashboardWidget
 from widgets.dashboard.data.series import MemoryInfo
 
@@ -14,6 +15,7 @@ SETTINGS_GROUP = "dashboard"
 # shown and hidden by what happens (an experiment reports, a chat runs on a remote), not remembered
 AUTOMATIC_PANELS = {"results", "remote"}
 REMOTE_POLL_MS = 1000  # the remote client scrapes /metrics once a second
+DOCK_FRAME_PX = 16  # the dock's frame and the separator beside it
 
 
 def install_studio_dashboard(window: QMainWindow, settings: QSettings | None = None) -> DashboardWidget:
@@ -33,7 +35,10 @@ def install_studio_dashboard(window: QMainWindow, settings: QSettings | None = N
         info = info or bridge.info
         name = getattr(info, "name", "engine")
         dashboard.set_source(thread.metrics.snapshot, name)
-        dashboard.set_memory(MemoryInfo(getattr(info, "weight_bytes", 0), thread.engine.cache.nbytes, name))
+        engine = thread.engine
+        dashboard.set_memory(
+            MemoryInfo(getattr(info, "weight_bytes", 0), engine.cache.nbytes, name, kv_pages=engine.pool.num_pages)
+        )
 
     remote = getattr(window, "remote", None)  # RemoteFeatures, where the window has remote endpoints
 
@@ -88,6 +93,13 @@ def _follow_remote_chats(dashboard: DashboardWidget, remote, follow_model) -> No
         follow(remote.current_client())
 
 
+def dock_width_for(window_width: int, dashboard: DashboardWidget) -> int:
+    """About half the window, never more than leaves the chat its readable width, never under the dashboard's own
+    minimum (a window too narrow for both gets its minimum from Qt instead)."""
+    room = window_width - CHAT_MIN_WIDTH - DOCK_FRAME_PX
+    return max(dashboard.minimumSizeHint().width(), min(dashboard.sizeHint().width(), window_width // 2, room))
+
+
 def _widen_when_first_shown(window: QMainWindow, dock, dashboard: DashboardWidget) -> None:
     """A dock opens at its widget's minimum width; the dashboard reads best about half the window wide."""
     done = False
@@ -96,8 +108,7 @@ def _widen_when_first_shown(window: QMainWindow, dock, dashboard: DashboardWidge
         nonlocal done
         if visible and not done:
             done = True
-            width = min(dashboard.sizeHint().width(), max(480, window.width() // 2))
-            window.resizeDocks([dock], [width], Qt.Orientation.Horizontal)
+            window.resizeDocks([dock], [dock_width_for(window.width(), dashboard)], Qt.Orientation.Horizontal)
 
     dock.visibilityChanged.connect(widen)
 

@@ -46,6 +46,7 @@ class EngineStatus(QObject):
         if snapshot.steps:
             self._last_step = snapshot.steps[-1]
         page_map = snapshot.page_map
+        self._tabs.update_kv_pages(page_map)  # each chat's context meter counts its own pages
         if page_map is not None:  # published on every admit, finish and abort: fresher than the last step
             used = len({page for _rid, table, _computed in page_map.tables for page in table})
             total = page_map.num_pages

@@ -28,6 +28,7 @@ from app.chat.export import ChatDocument, ChatImportError, from_json, to_json, t
 from app.chat.reply_router import ReplyRouter
 from app.chat.store import ChatStore
 from app.chat.tabs import ChatTabs
+from app.compare.controller import install_compare
 from app.hosting.backends import BackendRegistry
 from app.hosting.engine_bridge import EngineBridge, Loader
 from app.hosting.hub_token import KeyringTokens
@@ -73,6 +74,7 @@ class MainWindow(QMainWindow):
         self.tabs = ChatTabs(self.store, self.registry, self.router, lambda t, q: self.confirm(t, q), self)
         self.tabs.set_send_key(settings.send_key)
         self.tabs.set_settings_visible(settings.settings_panel_visible)
+        self.tabs.set_sidebar_width(settings.sidebar_width)
         self.notice = NoticeBar()
         central = QWidget()
         column = QVBoxLayout(central)
@@ -87,11 +89,15 @@ class MainWindow(QMainWindow):
         self.dashboard_dock = self._build_dashboard_dock()
         self.actions = build_actions(self)
         self.tabs.widget.tabBarDoubleClicked.connect(self._rename_tab_at)
+        self.tabs.sidebar_toggled.connect(self._set_settings_panel)
+        self.tabs.sidebar_width_changed.connect(lambda width: setattr(self.settings, "sidebar_width", width))
+        self.tabs.open_chats_changed.connect(self._refresh_history)
         self.history_dialog: HistoryDialog | None = None
         self.switcher = ModelSwitcher(self, self.bridge, self.tabs, self.notice, self.status, settings)
         self.engine_status = EngineStatus(self.status, self.bridge, self.tabs, self)
         self.tabs.restore(settings.current_chat)
         self.remote = RemoteFeatures(self)  # remote endpoints per chat, the API server toggle (issue 5)
+        self.compare = install_compare(self)  # Model > Compare…
         self._restore_geometry()
 
     # ---- docks for colleagues' panels -------------------------------------------------------
@@ -166,6 +172,11 @@ class MainWindow(QMainWindow):
         self.settings.settings_panel_visible = visible
         self.tabs.set_settings_visible(visible)
 
+    def _set_settings_panel(self, visible: bool) -> None:
+        """A chat's own toggle: the same as View > Chat settings panel."""
+        self.actions.settings_panel.setChecked(visible)
+        self.toggle_settings_panel()
+
     # ---- export, import, history ------------------------------------------------------------
     def export_chat(self, path: Path, fmt: str) -> None:
         controller = self.tabs.current
@@ -199,7 +210,9 @@ class MainWindow(QMainWindow):
         except ChatImportError as exc:
             self.notice.show_message(f"Could not import: {exc}", ERROR)
             return False
-        self.tabs.new_chat(document.settings, document.title, document.messages)
+        # two tabs of one name would be told apart by nothing (the dashboard's colours go by it, too)
+        controller = self.tabs.new_chat(document.settings, self.tabs.unique_title(document.title), document.messages)
+        self.notice.show_message(f"Imported “{controller.title}” from {path}.", INFO)
         return True
 
     def import_chat_dialog(self) -> None:
@@ -215,6 +228,11 @@ class MainWindow(QMainWindow):
         self.history_dialog.refresh()
         self.history_dialog.show()
         self.history_dialog.raise_()
+
+    def _refresh_history(self) -> None:
+        # the dialog stays open beside the chats: its "open" tags follow the tabs
+        if self.history_dialog is not None and self.history_dialog.isVisible():
+            self.history_dialog.refresh()
 
     def delete_chat(self, chat_id: int) -> None:
         if not self.confirm("Delete chat", "Delete this chat and all its messages? This cannot be undone."):

@@ -22,6 +22,9 @@ PROMPTS = (
 )
 SETTINGS = ChatSettings(temperature=0.0, top_p=1.0, top_k=0, repetition_penalty=1.0, max_tokens=64)
 TIMEOUT_S = 300
+DOCKED_SIZE = (1280, 800)  # studio-docked.png: the window as a laptop shows it, dashboard docked beside the chats
+COMPARE_PROMPT = "Why is the sky blue? Answer in two sentences."
+COMPARE_TOKENS = 48
 
 
 def isolate_user_data() -> None:
@@ -49,6 +52,7 @@ class SelfTest(QObject):
         self._streaming_shot = False
         self._midstream_shot = False
         self._done = False
+        self._streamed = ""
 
     def run(self) -> int:
         if self.folder is not None:
@@ -84,13 +88,16 @@ class SelfTest(QObject):
             self._streaming_shot = True
             self._save(self.window, "studio-streaming.png")
             if self.window.dashboard is not None:
+                self.window.resize(*DOCKED_SIZE)
                 self.window.dashboard_dock.show()
                 self._save(self.window.dashboard, "dashboard-streaming.png")
+                self._save(self.window, "studio-docked.png")  # both chats have begun, neither has ended
         elif self._streaming_shot and not self._midstream_shot and self._both_a_few_tokens_in():
             # a few tokens into both replies the charts have something to show: a second dashboard picture
             self._midstream_shot = True
             self.window.dashboard.redraw()  # every panel up to date now, not in its turn
             self._save(self.window.dashboard, "dashboard-midstream.png")
+            self._save(self.window, "studio-docked.png")  # a few tokens into both: a fuller picture than at their start
 
     def _both_a_few_tokens_in(self) -> bool:
         if self.window.dashboard is None or not all(c.busy for c in self.chats):
@@ -128,7 +135,33 @@ class SelfTest(QObject):
             self.window.theme.set("dark", size)
             self._save(self.window, "studio-dark.png")
             self.window.theme.set(mode, size)
-        self._end(f"two chats streamed at the same time ({' and '.join(map(str, tokens))} tokens)", code=0)
+        self._streamed = f"two chats streamed at the same time ({' and '.join(map(str, tokens))} tokens)"
+        self._compare()
+
+    def _compare(self) -> None:
+        """The loaded model against another precision of it, in the Compare window: both must reply."""
+        compare = getattr(self.window, "compare", None)
+        if compare is None:
+            self._end(self._streamed, code=0)
+            return
+        compare.open()
+        local = [key for key, target in compare.targets.items() if target.local is not None]
+        if len(local) < 2:
+            self._end(f"{self._streamed}; no second local target to compare with", code=0)
+            return
+        other = "variant:float32:none" if "variant:float32:none" in local else local[1]
+        compare.run_finished.connect(self._compared)
+        compare.run(COMPARE_PROMPT, [local[0], other], COMPARE_TOKENS)
+
+    def _compared(self, comparison) -> None:
+        compare = self.window.compare
+        broken = [f"{t.label}: {f.error}" for t, f in zip(compare.current.targets, compare.finals, strict=True)
+                  if f is None or f.error or not f.stats or not f.stats.output_tokens]  # fmt: skip
+        if broken:
+            self._end("the compare view's targets did not both reply: " + "; ".join(broken))
+            return
+        self._save(compare.dialog, "compare.png")
+        self._end(f"{self._streamed}; compared two targets by {comparison.mode}", code=0)
 
     def _interleaved(self) -> bool:
         ids = [c.title for c in self.chats]

@@ -79,6 +79,15 @@ class StudioSettings:
     def settings_panel_visible(self, value: bool) -> None:
         self.qsettings.setValue("ui/settings_panel", "true" if value else "false")
 
+    @property
+    def sidebar_width(self) -> int:
+        """Width of the chats' settings sidebar as the user dragged it (0: the default)."""
+        return max(0, self._get("window/sidebar_width", 0, int))
+
+    @sidebar_width.setter
+    def sidebar_width(self, value: int) -> None:
+        self.qsettings.setValue("window/sidebar_width", int(value))
+
     # ---- models -----------------------------------------------------------------------------
     @property
     def kv_memory_mib(self) -> int:

@@ -74,6 +74,13 @@ STYLE = """
 #fitsWarning {{ color: {error_fg}; }}
 #fitsOk {{ color: {muted}; }}
 #historyDialog QListWidget::item {{ padding: 6px 4px; }}
+#droppedMarker {{ color: {muted}; font-style: italic; padding: 4px; border-top: 1px dashed {border}; }}
+#userMessage[dropped="true"] QLabel, #assistantMessage[dropped="true"] QLabel {{ color: {muted}; }}
+#contextText, #sidebarToggle {{ color: {muted}; font-size: {small}pt; }}
+#contextBar {{ border: none; background: {border}; border-radius: 3px; }}
+#contextBar::chunk {{ background: {highlight}; border-radius: 3px; }}
+#contextBar[level="warn"]::chunk {{ background: {error_fg}; }}
+#settingsPopup {{ background: {window}; border: 1px solid {border}; }}
 QRadioButton::indicator, QCheckBox::indicator {{ width: 12px; height: 12px; border: 1px solid {indicator};
                                                 background: {base}; }}
 QRadioButton::indicator {{ border-radius: 7px; }}

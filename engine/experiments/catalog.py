@@ -1,4 +1,4 @@
-"""The five one-click experiments: prefill vs decode, batching, prefix sharing, memory pressure, quantization."""
+"""The one-click experiments: prefill vs decode, batching, prefix sharing, memory pressure, capacity, quantization."""
 
 from __future__ import annotations
 
@@ -7,37 +7,24 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from engine.errors import StudioError
+from engine.experiments.capacity import capacity
 from engine.experiments.plumbing import (
     ExperimentContext,
     ExperimentResult,
     Submission,
     greedy,
     ms,
-    pages_for,
+    question,
     rate,
     run_batch,
     system_prompt_text,
     text_prompt,
 )
+from engine.experiments.pressure import memory_pressure
 from engine.load.estimate import format_bytes
 from engine.load.loader import estimate_for_spec, load_model
 from engine.load.memory import free_memory_bytes
 from engine.load.options import LoadOptions, quantization_problem
-
-_QUESTIONS = (
-    "Why is the sky blue?",
-    "What does a compiler do?",
-    "How does a refrigerator work?",
-    "Name three uses of a hash table.",
-    "Why do leaves change colour in autumn?",
-    "What is a page in virtual memory?",
-    "How do vaccines train the immune system?",
-    "Why does ice float on water?",
-)
-
-
-def question(i: int) -> str:
-    return f"{_QUESTIONS[i % len(_QUESTIONS)]} (question {i + 1})"
 
 
 def prefill_vs_decode(ctx: ExperimentContext) -> ExperimentResult:
@@ -149,34 +136,6 @@ def prefix_sharing(ctx: ExperimentContext) -> ExperimentResult:
     return ExperimentResult("prefix_sharing", title, columns, rows, notes, figures)
 
 
-def memory_pressure(ctx: ExperimentContext) -> ExperimentResult:
-    sizes, tokenizer = ctx.sizes, ctx.loaded.tokenizer
-    reply = sizes.pressure_reply_tokens
-    prompts = [text_prompt(tokenizer, 0, question(i)) for i in range(sizes.pressure_streams)]
-    need = sum(pages_for(len(p) + reply, sizes.page_size) for p in prompts)
-    largest = max(pages_for(len(p) + reply, sizes.page_size) for p in prompts)
-    # room for the largest request and a bit; well short of all of them at once
-    tight_pages = max(largest + 2, need * 3 // 5)
-    rows, figures, outputs = [], [], []
-    for label, pages in (("ample", need + 4), ("tight", tight_pages)):
-        engine = ctx.engine(f"experiment: memory pressure, {label} KV", pages=pages, prefix_caching=False)
-        subs = [Submission(p, greedy(reply), f"{label} KV #{i + 1}") for i, p in enumerate(prompts)]
-        outcome = run_batch(engine, subs, ctx)
-        outputs.append(outcome.outputs)
-        figures.append({"kv_pages": pages, "preemptions": outcome.preemptions, "tokens_per_s": outcome.tokens_per_s})
-        rows.append([label, f"{pages} (all need {need})", str(outcome.preemptions), rate(outcome.tokens_per_s)])
-    same = outputs[0] == outputs[1]
-    figures[-1]["identical_outputs"] = same
-    notes = [
-        "With too few pages the newest request is preempted: its pages go back to the pool and it is recomputed "
-        f"later. The replies are {'identical to' if same else 'DIFFERENT from'} the run with ample memory; "
-        "only time is lost. The KV charts mark each preemption with a red cross."
-    ]
-    title = f"Memory pressure: {len(prompts)} chats in a small KV cache"
-    columns = ["KV budget", "pages", "preemptions", "engine throughput"]
-    return ExperimentResult("memory_pressure", title, columns, rows, notes, figures)
-
-
 def quantization(ctx: ExperimentContext, alternative: LoadOptions | None = None) -> ExperimentResult:
     loaded = ctx.loaded
     current = LoadOptions(dtype=loaded.info.dtype, quantization=loaded.info.quantization, device=loaded.info.device)
@@ -263,6 +222,12 @@ EXPERIMENTS = (
     ),
     Experiment(
         "memory_pressure", "Memory pressure", "A KV cache too small for all chats: preemption.", memory_pressure
+    ),
+    Experiment(
+        "capacity",
+        "Capacity",
+        "How many chats of a given length the KV budget holds before preemption starts, as chats grow longer.",
+        capacity,
     ),
     Experiment(
         "quantization", "Quantization", "The same prompt on the loaded model and a quantized copy.", quantization

@@ -36,6 +36,8 @@ class ExperimentSizes:
     prefix_followers: int = 3
     pressure_streams: int = 6
     pressure_reply_tokens: int = 32
+    capacity_pages: int = 48  # the Capacity experiment's KV budget
+    capacity_lengths: tuple[int, ...] = (64, 128, 256)  # chat lengths it tries (prompt + reply, tokens)
     page_size: int = 16
 
     @classmethod
@@ -49,6 +51,8 @@ class ExperimentSizes:
             prefix_followers=2,
             pressure_streams=3,
             pressure_reply_tokens=12,
+            capacity_pages=40,
+            capacity_lengths=(64, 96),
             page_size=4,
         )
 
@@ -151,6 +155,22 @@ def run_batch(engine: Engine, submissions: Sequence[Submission], ctx: Experiment
         prefix_hit_tokens=totals.prefix_hit_tokens - totals_before.prefix_hit_tokens,
         prefill_tokens=totals.prefill_tokens - totals_before.prefill_tokens,
     )
+
+
+_QUESTIONS = (
+    "Why is the sky blue?",
+    "What does a compiler do?",
+    "How does a refrigerator work?",
+    "Name three uses of a hash table.",
+    "Why do leaves change colour in autumn?",
+    "What is a page in virtual memory?",
+    "How do vaccines train the immune system?",
+    "Why does ice float on water?",
+)
+
+
+def question(i: int) -> str:
+    return f"{_QUESTIONS[i % len(_QUESTIONS)]} (question {i + 1})"
 
 
 _FILLER = (

@@ -15,6 +15,7 @@ import httpx
 from engine.core.metrics import MetricsRecorder, TokenRecord
 from engine.errors import InvalidRequestError, RemoteError
 from engine.handle import RequestHandle
+from engine.remote.context_length import fetch_context_length
 from engine.remote.loop import LoopThread
 from engine.remote.metrics import RemoteMetricsSnapshot
 from engine.remote.monitor import MetricsMonitor
@@ -68,6 +69,8 @@ class RemoteClient:
         self._io = LoopThread(self.name, self._make_http_client)
         self.monitor = MetricsMonitor(self._io, self.root_url, self._get, model)
         self._include_usage = True  # dropped after a server refuses stream_options
+        self.context_length: int | None = None  # the model's context, once the server said (request_context_length)
+        self._context_asked = False
 
     def __repr__(self) -> str:  # no key in reprs: they end up in logs and tracebacks
         return f"RemoteClient({self.name!r}, {self.base_url!r}, model={self.model!r})"
@@ -167,6 +170,17 @@ class RemoteClient:
     @latest_metrics.setter
     def latest_metrics(self, snapshot: RemoteMetricsSnapshot | None) -> None:
         self.monitor.latest = snapshot
+
+    def request_context_length(self) -> None:
+        """Ask the server for the model's context once, in the background; `context_length` holds the answer."""
+        if self._context_asked:
+            return
+        self._context_asked = True
+
+        async def ask() -> None:
+            self.context_length = await fetch_context_length(self._get, self.base_url, self.root_url, self.model)
+
+        self._io.call_soon(lambda: self._io.create_task(ask()))
 
     # ---- requests ---------------------------------------------------------------------------
     def submit(

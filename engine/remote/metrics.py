@@ -1,4 +1,5 @@
-"""What a remote endpoint's /metrics says, if it speaks vLLM's names: KV-cache usage, running/waiting, TTFT."""
+"""What a remote endpoint's /metrics says of the server: vLLM's names (also what the studio serves), llama.cpp's
+server's and TGI's, each read for what it offers (KV-cache usage, running and waiting requests, TTFT, throughput)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,9 @@ from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
-CLIENT_SIDE_ONLY = "only client-side timings are available"
+from engine.remote.metric_dialects import DIALECTS, Samples
 
-# older vLLM versions called the KV-cache gauge gpu_cache_usage_perc
-_KV_NAMES = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+CLIENT_SIDE_ONLY = "only client-side timings are available"
 
 
 @dataclass(frozen=True)
@@ -22,8 +22,8 @@ class RemoteMetricsSnapshot:
     message: str
     time: float
     kv_cache_usage: float | None = None  # 0..1
-    running: float | None = None
-    waiting: float | None = None
+    running: float | None = None  # requests being computed (llama.cpp: processing; TGI: the current batch)
+    waiting: float | None = None  # requests queued (llama.cpp: deferred; TGI: the queue)
     ttft_mean_s: float | None = None  # mean TTFT of requests since the previous scrape (None: none arrived)
     ttft_mean_total_s: float | None = None  # since the server started
     ttft_count: float | None = None
@@ -32,18 +32,27 @@ class RemoteMetricsSnapshot:
     generation_tokens_total: float | None = None
     preemptions_total: float | None = None
     prefix_cache_hit_rate: float | None = None  # hits / queries since the server started
+    server: str = ""  # "vLLM", "llama.cpp", "TGI": whose metric names the endpoint speaks
+    offers: tuple[str, ...] = ()  # what it reports, in words
+    lacks: tuple[str, ...] = ()  # what the dashboard would show that it does not report
+    generation_tokens_per_s: float | None = None  # everyone's output tokens per second since the previous scrape
+    time_per_token_s: float | None = None  # TGI: mean time per output token since the server started
+    cached_prompt_tokens_total: float | None = None  # llama.cpp: prompt tokens reused from its cache
+    speculative_accepted_total: float | None = None  # llama.cpp: draft tokens the model accepted
+    speculative_drafted_total: float | None = None
+    busy_slots_per_decode: float | None = None  # llama.cpp: its batching, as slots busy per decode call
 
 
 def unavailable(reason: str) -> RemoteMetricsSnapshot:
     return RemoteMetricsSnapshot(False, f"{CLIENT_SIDE_ONLY} ({reason})", time.time())
 
 
-def _samples(text: str, model: str | None) -> dict[str, list[float]]:
-    """Sample values by sample name, kept only for `model` where the sample carries a model_name label."""
+def _samples(text: str, model: str | None) -> Samples:
+    """Sample values by sample name, kept only for `model` where the sample carries a model label."""
     values: dict[str, list[float]] = defaultdict(list)
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            label = sample.labels.get("model_name")
+            label = sample.labels.get("model_name", sample.labels.get("model"))
             if model is not None and label is not None and label != model:
                 continue
             if sample.name.endswith("_bucket"):
@@ -52,48 +61,38 @@ def _samples(text: str, model: str | None) -> dict[str, list[float]]:
     return values
 
 
-def parse_vllm_metrics(
+def parse_metrics(
     text: str, model: str | None = None, previous: RemoteMetricsSnapshot | None = None
 ) -> RemoteMetricsSnapshot:
-    """A snapshot from Prometheus text. Several engines (data parallel) are summed; the KV usage is averaged."""
+    """A snapshot from Prometheus text, in whichever known dialect it speaks. Several engines (data parallel) are
+    summed; a KV usage is averaged; rates need the previous scrape."""
     try:
         values = _samples(text, model)
     except Exception as exc:  # the parser raises plain ValueErrors and friends on text it cannot read
         return unavailable(f"its /metrics could not be parsed: {exc}")
+    now = time.time()
+    for dialect in DIALECTS:
+        if dialect.speaks(values):
+            figures = dialect.read(values, previous)
+            figures.update(_rates(figures, previous, now))
+            offers, lacks = dialect.describe(figures)
+            message = f"{dialect.server} metrics: " + ", ".join(offers)
+            return RemoteMetricsSnapshot(
+                True, message, now, server=dialect.server, offers=offers, lacks=lacks, **figures
+            )
+    return unavailable("the endpoint serves no vLLM, llama.cpp or TGI metrics")
 
-    def total(name: str) -> float | None:
-        found = values.get(name)
-        return sum(found) if found else None
 
-    kv_values = next((values[n] for n in _KV_NAMES if values.get(n)), None)
-    running = total("vllm:num_requests_running")
-    if kv_values is None and running is None:
-        return unavailable("the endpoint serves no vLLM-style /metrics")
-    ttft_sum = total("vllm:time_to_first_token_seconds_sum")
-    ttft_count = total("vllm:time_to_first_token_seconds_count")
-    ttft_total = ttft_sum / ttft_count if ttft_sum is not None and ttft_count else None
-    ttft_recent = None
-    if previous is not None and previous.ttft_count is not None and ttft_count is not None and ttft_sum is not None:
-        new = ttft_count - previous.ttft_count
-        if new > 0 and previous.ttft_sum_s is not None:
-            ttft_recent = (ttft_sum - previous.ttft_sum_s) / new
-    elif previous is None:
-        ttft_recent = ttft_total
-    queries = total("vllm:prefix_cache_queries_total")
-    hits = total("vllm:prefix_cache_hits_total")
-    return RemoteMetricsSnapshot(
-        available=True,
-        message="vLLM-style metrics",
-        time=time.time(),
-        kv_cache_usage=sum(kv_values) / len(kv_values) if kv_values else None,
-        running=running,
-        waiting=total("vllm:num_requests_waiting"),
-        ttft_mean_s=ttft_recent,
-        ttft_mean_total_s=ttft_total,
-        ttft_count=ttft_count,
-        ttft_sum_s=ttft_sum,
-        prompt_tokens_total=total("vllm:prompt_tokens_total"),
-        generation_tokens_total=total("vllm:generation_tokens_total"),
-        preemptions_total=total("vllm:num_preemptions_total"),
-        prefix_cache_hit_rate=hits / queries if hits is not None and queries else None,
-    )
+def _rates(figures: dict, previous: RemoteMetricsSnapshot | None, now: float) -> dict:
+    total = figures.get("generation_tokens_total")
+    if previous is None or total is None or previous.generation_tokens_total is None:
+        return {}
+    elapsed = now - previous.time
+    produced = total - previous.generation_tokens_total
+    if elapsed <= 0 or produced < 0:  # a restarted server starts its counters again
+        return {}
+    return {"generation_tokens_per_s": produced / elapsed}
+
+
+# the name the rest of the studio has used since vLLM was the only dialect read
+parse_vllm_metrics = parse_metrics

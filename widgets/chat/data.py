@@ -78,6 +78,17 @@ def format_stats(message: ChatMessage) -> str:
     return " · ".join(parts)
 
 
+# what a chat does when its conversation outgrows the model's context
+OVERFLOW_STOP = "stop"  # send nothing more; a notice says so (the default: nothing is dropped silently)
+OVERFLOW_TRUNCATE_MIDDLE = "truncate_middle"  # keep the system prompt and the first exchange, drop turns after it
+OVERFLOW_ROLLING = "rolling_window"  # keep the system prompt and the latest turns
+OVERFLOW_POLICIES = {
+    OVERFLOW_STOP: "stop with a notice",
+    OVERFLOW_TRUNCATE_MIDDLE: "truncate the middle",
+    OVERFLOW_ROLLING: "rolling window",
+}
+
+
 @dataclass(frozen=True)
 class ChatSettings:
     """What one chat sends with each request: its system prompt and sampling settings."""
@@ -89,6 +100,11 @@ class ChatSettings:
     max_tokens: int = 512
     seed: int | None = None
     repetition_penalty: float = 1.1
+    overflow: str = OVERFLOW_STOP
+
+    def __post_init__(self) -> None:
+        if self.overflow not in OVERFLOW_POLICIES:  # a newer studio's policy, or a hand-edited file
+            object.__setattr__(self, "overflow", OVERFLOW_STOP)
 
     def to_params(self) -> SamplingParams:
         return SamplingParams(

@@ -61,6 +61,7 @@ class MessageView(QFrame):
         self.error_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.stats_label = QLabel()
         self.stats_label.setObjectName("stats")
+        self.stats_label.setWordWrap(True)  # a narrow chat wraps the figures instead of cutting off the last
 
         layout = QVBoxLayout(self)
         layout.setContentsMargins(12, 8, 12, 8)

@@ -14,7 +14,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from widgets.chat.data import PRESETS, ChatSettings
+from widgets.chat.data import OVERFLOW_POLICIES, OVERFLOW_STOP, PRESETS, ChatSettings
 
 CUSTOM = "custom"
 
@@ -54,6 +54,14 @@ class SamplingPanel(QWidget):
         self.seed.setSpecialValueText("random")
         self.seed.setToolTip("a fixed seed makes sampled replies repeatable (-1 = random)")
         self.repetition_penalty = _double(0.5, 2.0, 0.05, "above 1 discourages repeating tokens already present")
+        self.overflow = QComboBox()
+        for key, label in OVERFLOW_POLICIES.items():
+            self.overflow.addItem(label, key)
+        self.overflow.setToolTip(
+            "When the conversation outgrows the model's context: stop and say so; truncate the middle (keep the "
+            "system prompt and the first exchange, drop whole turns after it); or a rolling window (keep the "
+            "system prompt and the latest turns). The transcript marks what was left out."
+        )
 
         form = QFormLayout()
         form.addRow("Preset", self.preset)
@@ -73,6 +81,12 @@ class SamplingPanel(QWidget):
         sampling.setObjectName("sectionTitle")
         layout.addWidget(sampling)
         layout.addLayout(form)
+        context = QLabel("Context")
+        context.setObjectName("sectionTitle")
+        layout.addWidget(context)
+        overflow_form = QFormLayout()
+        overflow_form.addRow("When full", self.overflow)
+        layout.addLayout(overflow_form)
         layout.addStretch(1)
 
         # typing a system prompt should not write the store on every key press
@@ -84,6 +98,7 @@ class SamplingPanel(QWidget):
             box.valueChanged.connect(self._on_value)
         for box in (self.top_k, self.max_tokens, self.seed):
             box.valueChanged.connect(self._on_value)
+        self.overflow.currentIndexChanged.connect(self._on_value)
         self.set_settings(ChatSettings())
 
     def settings(self) -> ChatSettings:
@@ -96,19 +111,28 @@ class SamplingPanel(QWidget):
             max_tokens=self.max_tokens.value(),
             seed=None if seed < 0 else seed,
             repetition_penalty=round(self.repetition_penalty.value(), 2),
+            overflow=self.overflow.currentData() or OVERFLOW_STOP,
         )
 
     def set_settings(self, settings: ChatSettings) -> None:
         widgets = (self.preset, self.system_prompt, self.temperature, self.top_p, self.top_k, self.max_tokens)
-        blockers = [QSignalBlocker(w) for w in (*widgets, self.seed, self.repetition_penalty)]
+        blockers = [QSignalBlocker(w) for w in (*widgets, self.seed, self.repetition_penalty, self.overflow)]
         if self.system_prompt.toPlainText() != settings.system_prompt:
             self.system_prompt.setPlainText(settings.system_prompt)
-        self.temperature.setValue(settings.temperature)
-        self.top_p.setValue(settings.top_p)
-        self.top_k.setValue(settings.top_k)
-        self.max_tokens.setValue(settings.max_tokens)
-        self.seed.setValue(-1 if settings.seed is None else settings.seed)
-        self.repetition_penalty.setValue(settings.repetition_penalty)
+        values = (
+            (self.temperature, settings.temperature),
+            (self.top_p, settings.top_p),
+            (self.top_k, settings.top_k),
+            (self.max_tokens, settings.max_tokens),
+            (self.seed, -1 if settings.seed is None else settings.seed),
+            (self.repetition_penalty, settings.repetition_penalty),
+        )
+        for box, value in values:
+            # setting a box to the value it holds would still rewrite its text ("0" -> "0.00") while the user types
+            # in it, and the next key ("." of "0.3") would land after the rewritten text and be refused
+            if round(box.value(), 4) != round(value, 4):
+                box.setValue(value)
+        self.overflow.setCurrentIndex(max(0, self.overflow.findData(settings.overflow)))
         self.preset.setCurrentText(settings.preset_name() or CUSTOM)
         del blockers
 

@@ -33,11 +33,13 @@ class TranscriptView(QScrollArea):
         self._placeholder = QLabel("Ask anything. Enter sends, Shift+Enter starts a new line.")
         self._placeholder.setObjectName("placeholder")
         self._placeholder.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self._placeholder.setWordWrap(True)  # a narrow chat wraps the hint instead of clipping both ends
         self._layout.addWidget(self._placeholder)
         self._layout.addStretch(1)
         self.setWidget(container)
         container.installEventFilter(self)
         self._views: list[MessageView] = []
+        self._markers: list[QLabel] = []  # "history dropped here" lines between messages
         self._busy = False
         self.following = True
         bar = self.verticalScrollBar()
@@ -76,12 +78,43 @@ class TranscriptView(QScrollArea):
 
     def truncate(self, count: int) -> None:
         """Keep the first count messages."""
+        self.mark_dropped([])
         while len(self._views) > count:
             view = self._views.pop()
             self._layout.removeWidget(view)
+            view.hide()  # deleted later: until then it would still paint where it was
             view.deleteLater()
         self._placeholder.setVisible(not self._views)
         self._refresh_actions()
+
+    def mark_dropped(self, indices, reason: str = "") -> None:
+        """Dim the messages that were left out of the model's context, with a line where each run of them begins."""
+        for marker in self._markers:
+            self._layout.removeWidget(marker)
+            marker.hide()  # deleted later: until then it would still paint where it was
+            marker.deleteLater()
+        self._markers.clear()
+        dropped = set(indices)
+        for index, view in enumerate(self._views):
+            if bool(view.property("dropped")) != (index in dropped):
+                view.setProperty("dropped", index in dropped)
+                for widget in (view, *view.findChildren(QLabel)):  # the style sheet dims its labels by the property
+                    widget.style().unpolish(widget)
+                    widget.style().polish(widget)
+        runs = [i for i in sorted(dropped) if i < len(self._views) and i - 1 not in dropped]
+        for start in runs:
+            count = next(n for n in range(1, len(self._views) + 1) if start + n not in dropped)
+            what = "message" if count == 1 else f"{count} messages"
+            marker = QLabel(f"✂ Not sent to the model: the {what} below ({reason or 'the context is full'})")
+            marker.setObjectName("droppedMarker")
+            marker.setWordWrap(True)
+            marker.setAlignment(Qt.AlignmentFlag.AlignCenter)
+            self._layout.insertWidget(self._layout.indexOf(self._views[start]), marker)
+            self._markers.append(marker)
+
+    @property
+    def dropped_markers(self) -> list[str]:
+        return [marker.text() for marker in self._markers]
 
     def set_busy(self, busy: bool) -> None:
         """While a reply streams, earlier messages can't be edited and nothing can be regenerated."""

@@ -6,16 +6,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from PySide6.QtCore import QEvent, QSize, QTimer, Signal
+from PySide6.QtCore import QEvent, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QPixmap
 from PySide6.QtWidgets import (
     QComboBox,
     QFileDialog,
     QGridLayout,
     QHBoxLayout,
-    QLabel,
     QMenu,
-    QPushButton,
     QScrollArea,
     QSizePolicy,
     QToolButton,
@@ -36,6 +34,7 @@ from widgets.dashboard.remote import RemotePanel
 from widgets.dashboard.results import ResultsPanel
 from widgets.dashboard.streaming import StreamingPanel
 from widgets.dashboard.throughput import ThroughputPanel
+from widgets.elided_label import ElidedLabel
 
 WINDOWS = {"last 30 s": 30.0, "last 2 min": 120.0, "last 10 min": 600.0}
 POLL_MS = 100  # 10 Hz: smooth enough to watch tokens arrive, cheap enough to leave on
@@ -154,11 +153,14 @@ class DashboardWidget(QWidget):
         self.window_box.addItems(list(WINDOWS))
         self.window_box.setToolTip("Time window of the charts and numbers")
         self.window_box.currentTextChanged.connect(lambda text: self.set_window(WINDOWS[text]))
-        self.pause_button = QPushButton("Pause")
+        # tool buttons, not push buttons: their minimum is their text, so a narrow dock still has room for all
+        self.pause_button = QToolButton()
+        self.pause_button.setText("Pause")
         self.pause_button.setCheckable(True)
         self.pause_button.setToolTip("Freeze the charts to look closer; recording goes on underneath")
         self.pause_button.toggled.connect(self.set_paused)
-        clear_button = QPushButton("Clear")
+        clear_button = QToolButton()
+        clear_button.setText("Clear")
         clear_button.setToolTip("Forget everything recorded so far")
         clear_button.clicked.connect(self.clear)
         self.panel_menu = QMenu("Panels", self)
@@ -174,12 +176,12 @@ class DashboardWidget(QWidget):
         export_button.setText("Export")
         export_button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
         export_button.setMenu(export_menu)
-        self.source_label = QLabel()
+        self.source_label = ElidedLabel()  # an experiment's long phase name must not widen the dock
+        self.source_label.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         self.source_label.setObjectName("dashboard-source")
         for widget in (self.window_box, self.pause_button, clear_button, panels_button, export_button):
             bar.addWidget(widget)
-        bar.addStretch(1)
-        bar.addWidget(self.source_label)
+        bar.addWidget(self.source_label, 1)
 
     def _sync_panel_menu(self) -> None:
         self.panel_menu.clear()

@@ -23,11 +23,18 @@ TILES = (
         "share (and number) of token slots handed out but not filled: the unused tails of each request's last page",
     ),
     ("preemptions", "preemptions", "requests evicted from the KV cache for lack of pages, to be recomputed"),
+    (
+        "prefill_stall",
+        "prefill stall",
+        "how much longer the chats already streaming waited for their next token because a new prompt was "
+        "prefilled in the same step: the longest such pause in the window · all of them together",
+    ),
     ("kv_pages", "KV pages used", "pages held by requests now / pages in the pool"),
     ("weights", "weights memory", "memory the loaded model's weights take"),
     ("kv_memory", "KV memory", "KV cache in use now / the whole page pool"),
 )
-_COLUMNS = 3
+MAX_COLUMNS = 3
+TILE_WIDTH = 140  # a value like "85 ms · 0.42 s" at the panel's font; narrower panels get fewer columns
 
 
 def _ms(seconds: float | None) -> str:
@@ -50,6 +57,9 @@ def format_summary(s: Summary) -> dict[str, str]:
         "prefix_hits": "–" if s.prefix_hit_rate is None else f"{s.prefix_hit_rate:.0%}",
         "kv_waste": "–" if waste is None else f"{waste:.0%} · {s.kv_waste_slots}",
         "preemptions": str(s.preemptions),
+        "prefill_stall": "–"
+        if s.prefill_stall_max_s is None
+        else f"{_ms(s.prefill_stall_max_s)} · {s.prefill_stall_total_s:.2f} s",
         "kv_pages": f"{s.pages_used} / {s.pages_total}" if s.pages_total else "–",
         "weights": _mib(s.weight_bytes),
         "kv_memory": f"{s.kv_used_bytes / 1024**2:,.0f}/{_mib(s.kv_pool_bytes)}" if s.kv_pool_bytes else "–",
@@ -63,29 +73,49 @@ class NumbersPanel(Panel):
 
     def build(self) -> None:
         grid_host = QWidget()
-        grid = QGridLayout(grid_host)
-        grid.setContentsMargins(0, 0, 0, 0)
-        grid.setHorizontalSpacing(14)
-        grid.setVerticalSpacing(4)
+        self.grid = QGridLayout(grid_host)
+        self.grid.setContentsMargins(0, 0, 0, 0)
+        self.grid.setHorizontalSpacing(14)
+        self.grid.setVerticalSpacing(4)
         self.values: dict[str, QLabel] = {}
         self.captions: list[QLabel] = []
-        for i, (key, caption, tip) in enumerate(TILES):
-            row, col = divmod(i, _COLUMNS)
+        for key, caption, tip in TILES:
             label = QLabel(caption)
             value = QLabel("–")
             value.setObjectName(f"number-{key}")
-            value.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)  # no re-layout per update
-            value.setMinimumWidth(110)
+            # no re-layout per update, and no minimum: a narrow dock gets fewer columns instead of a clipped one
+            value.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+            label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
             for widget in (label, value):
                 widget.setToolTip(tip)
-            grid.addWidget(label, row * 2, col)
-            grid.addWidget(value, row * 2 + 1, col)
             self.values[key] = value
             self.captions.append(label)
+        self.columns = 0
+        self._arrange(MAX_COLUMNS)
         self.body.addWidget(grid_host)
         self.body.addStretch(1)
         self.memory = MemoryInfo()
         self.summary: Summary | None = None
+
+    def _arrange(self, columns: int) -> None:
+        """Tiles row by row in `columns` columns (three in a wide panel, fewer as the dock narrows)."""
+        if columns == self.columns:
+            return
+        self.columns = columns
+        pairs = list(zip(self.captions, self.values.values(), strict=True))
+        for label, value in pairs:
+            self.grid.removeWidget(label)
+            self.grid.removeWidget(value)
+        for i, (label, value) in enumerate(pairs):
+            row, col = divmod(i, columns)
+            self.grid.addWidget(label, row * 2, col)
+            self.grid.addWidget(value, row * 2 + 1, col)
+        for col in range(MAX_COLUMNS):
+            self.grid.setColumnStretch(col, 1 if col < columns else 0)
+
+    def resizeEvent(self, event) -> None:
+        super().resizeEvent(event)
+        self._arrange(max(1, min(MAX_COLUMNS, event.size().width() // TILE_WIDTH)))
 
     def restyle(self) -> None:
         for label in self.captions:

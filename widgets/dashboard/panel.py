@@ -134,6 +134,7 @@ def legend_html(entries: list[tuple[str, str, str]], muted: str) -> str:
 def legend_label() -> QLabel:
     label = QLabel()
     label.setObjectName("dashboard-legend")
+    label.setWordWrap(True)  # a narrow dock puts the legend on two lines rather than cut it off
     # new text must not re-layout the dashboard (that would resize, and repaint, every chart)
     label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
     return label

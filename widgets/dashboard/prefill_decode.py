@@ -27,7 +27,9 @@ class PrefillDecodePanel(Panel):
     explanation = (
         "Milliseconds per engine step (above): prefill (reading prompts, compute-bound) stacked on decode (one token "
         "per running chat, bandwidth-bound) and the rest of the step (scheduling, sampling). Steps that mix "
-        "both split their forward pass by token count. Below: tokens computed per step, prefill and decode."
+        "both split their forward pass by token count. The dashed line is the prefill stall: how much longer the chats "
+        "already streaming waited for their token because a new prompt was prefilled in that step. Below: tokens "
+        "computed per step, prefill and decode."
     )
 
     def build(self) -> None:
@@ -45,6 +47,7 @@ class PrefillDecodePanel(Panel):
         self.total_curve = self.time_plot.plot(fillLevel=0)
         self.prefill_curve = self.time_plot.plot(fillLevel=0)
         self.decode_curve = self.time_plot.plot(fillLevel=0)
+        self.stall_curve = self.time_plot.plot()  # in front: the part of the step the streams waited for
         self.markers = {kind: pg.ScatterPlotItem(size=9) for kind in EVENT_KINDS}
         for item in self.markers.values():
             self.time_plot.addItem(item)
@@ -68,6 +71,7 @@ class PrefillDecodePanel(Panel):
         ):
             curve.setPen(pg.mkPen(colour, width=1))
             curve.setBrush(pg.mkBrush(colour))
+        self.stall_curve.setPen(pg.mkPen(th.preempted, width=2, style=pg.QtCore.Qt.PenStyle.DashLine))
         for kind, colour in (("admitted", th.admitted), ("finished", th.finished), ("preempted", th.preempted)):
             item = self.markers[kind]
             item.setSymbol(_SYMBOLS[kind])
@@ -79,6 +83,7 @@ class PrefillDecodePanel(Panel):
                     (th.decode, "■", "decode"),
                     (th.prefill, "■", "prefill"),
                     (th.other, "■", "rest of step"),
+                    (th.preempted, "┅", "prefill stall"),
                     (th.admitted, "▲", "admitted"),
                     (th.finished, "●", "finished"),
                     (th.preempted, "✕", "preempted"),
@@ -97,6 +102,9 @@ class PrefillDecodePanel(Panel):
         self.decode_curve.setData(t, decode_ms, stepMode="left")
         self.prefill_curve.setData(t, decode_ms + prefill_ms, stepMode="left")
         self.total_curve.setData(t, total_ms, stepMode="left")
+        stall_ms = view.steps["prefill_stall_s"] * 1e3
+        self.stall_curve.setData(t, stall_ms, stepMode="left")
+        self.data["stall_ms"] = stall_ms
         prefill_tokens, decode_tokens = view.steps["prefill_tokens"], view.steps["decode_tokens"]
         self.decode_tokens_curve.setData(t, decode_tokens, stepMode="left")
         self.prefill_tokens_curve.setData(t, decode_tokens + prefill_tokens, stepMode="left")

@@ -1,5 +1,6 @@
-"""Panel: what a remote endpoint reports about itself (vLLM-style /metrics): KV-cache usage, running and waiting
-requests, time to first token; or, for a server without such metrics, that only client-side timings exist."""
+"""Panel: what a remote endpoint reports about itself in its /metrics (vLLM's, llama.cpp's or TGI's names): KV-cache
+usage, running and waiting requests, time to first token or the server's output rate, each where the server offers it;
+or, for a server without such metrics, that only client-side timings exist."""
 
 from __future__ import annotations
 
@@ -23,9 +24,10 @@ class RemotePanel(Panel):
     key = "remote"
     title = "Remote endpoint"
     explanation = (
-        "The current chat runs on a remote server. When it serves vLLM-style Prometheus /metrics (vLLM, or "
-        "another studio), this shows what the server itself reports: its KV-cache usage, the requests it is "
-        "running and queueing (everyone's, not only yours) and its mean time to first token. The other "
+        "The current chat runs on a remote server. When it serves Prometheus /metrics under vLLM's names (vLLM, "
+        "another studio), llama.cpp's (llama-server) or TGI's, this shows what the server itself reports: the "
+        "requests it is running and queueing (everyone's, not only yours), its KV-cache usage and mean time to "
+        "first token where it reports them, else the tokens per second it generates for everyone. The other "
         "charts show the token timings measured here, on the client."
     )
 
@@ -41,7 +43,7 @@ class RemotePanel(Panel):
         self.body.addWidget(self.graphics)
         self.kv_plot = add_plot(self.graphics, 0, "KV %")
         self.requests_plot = add_plot(self.graphics, 1, "requests")
-        self.ttft_plot = add_plot(self.graphics, 2, "TTFT ms", TIME_LABEL)
+        self.ttft_plot = add_plot(self.graphics, 2, "TTFT ms", TIME_LABEL)  # or the server's tok/s, see below
         self.kv_plot.getAxis("left").setTicks([[(v, str(v)) for v in (0, 50, 100)]])
         for plot in (self.kv_plot, self.requests_plot):
             plot.setXLink(self.ttft_plot)
@@ -51,6 +53,8 @@ class RemotePanel(Panel):
         self.running_curve = self.requests_plot.plot()
         self.waiting_curve = self.requests_plot.plot()
         self.ttft_points = self.ttft_plot.plot(pen=None, symbol="o", symbolSize=6)
+        self.rate_curve = self.ttft_plot.plot()  # servers without TTFT (llama.cpp, TGI): everyone's output tok/s
+        self.bottom = "ttft"
         self.label = ""
         self.samples: list[tuple[float, RemoteMetricsSnapshot]] = []  # (clock time received, snapshot)
         self.data: dict[str, np.ndarray] = {}
@@ -67,17 +71,19 @@ class RemotePanel(Panel):
         self.waiting_curve.setPen(pg.mkPen(th.prefill, width=1, style=pg.QtCore.Qt.PenStyle.DashLine))
         self.ttft_points.setSymbolBrush(pg.mkBrush(th.decode))
         self.ttft_points.setSymbolPen(pg.mkPen(th.decode))
-        self.legend.setText(
-            legend_html(
-                [
-                    (th.used, "■", "KV-cache usage"),
-                    (th.admitted, "━", "running"),
-                    (th.prefill, "┅", "waiting"),
-                    (th.decode, "●", "mean TTFT of requests since the last scrape"),
-                ],
-                th.muted,
-            )
-        )
+        self.rate_curve.setPen(pg.mkPen(th.decode, width=2))
+        self._legend()
+
+    def _legend(self) -> None:
+        th, latest = self.theme, self.latest
+        has_kv = latest is not None and latest.kv_cache_usage is not None
+        entries = [(th.used, "■", "KV-cache usage")] if has_kv else []
+        entries += [(th.admitted, "━", "running"), (th.prefill, "┅", "waiting")]
+        if self.bottom == "ttft":
+            entries.append((th.decode, "●", "mean TTFT of requests since the last scrape"))
+        else:
+            entries.append((th.decode, "━", "tokens per second the server generates (all clients)"))
+        self.legend.setText(legend_html(entries, th.muted))
 
     # ---- fed by the dashboard --------------------------------------------------------------------
     def set_endpoint(self, label: str) -> None:
@@ -108,6 +114,9 @@ class RemotePanel(Panel):
             text, charts = f"<b>{name}</b>: {escape(latest.message, quote=False)}", False
         else:
             text, charts = f"<b>{name}</b>: what the server reports ({escape(latest.message, quote=False)})", True
+            if latest.lacks:
+                text += f"; not reported: {escape(', '.join(latest.lacks), quote=False)}"
+            self._fit_charts(latest)
         self.status.setText(text)
         self.legend.setVisible(charts)
         self.graphics.setVisible(charts)
@@ -115,6 +124,19 @@ class RemotePanel(Panel):
         self.setMinimumHeight(CHARTS_HEIGHT if charts else 0)
         vertical = QSizePolicy.Policy.Expanding if charts else QSizePolicy.Policy.Maximum
         self.setSizePolicy(QSizePolicy.Policy.Expanding, vertical)
+
+    def _fit_charts(self, latest: RemoteMetricsSnapshot) -> None:
+        """Only the charts the server has figures for: no KV chart without a KV gauge; TTFT, else its output rate."""
+        has_kv = latest.kv_cache_usage is not None
+        self.kv_plot.setVisible(has_kv)
+        grid = self.graphics.ci.layout
+        grid.setRowMaximumHeight(0, 1e6 if has_kv else 0)  # a hidden plot's row would still take its share
+        grid.setRowSpacing(0, 5 if has_kv else 0)
+        bottom = "ttft" if latest.ttft_mean_total_s is not None else "rate"
+        if bottom != self.bottom:
+            self.bottom = bottom
+            self.ttft_plot.setLabel("left", "TTFT ms" if bottom == "ttft" else "server tok/s")
+            self._legend()
 
     def refresh(self, view: WindowView) -> None:
         now = self.clock()
@@ -128,10 +150,22 @@ class RemotePanel(Panel):
         running = column(s.running for _, s in shown)
         waiting = column(s.waiting for _, s in shown)
         ttft = column(None if s.ttft_mean_s is None else s.ttft_mean_s * 1000 for _, s in shown)
+        rate = column(s.generation_tokens_per_s for _, s in shown)
         self.kv_curve.setData(t, np.nan_to_num(kv), connect="finite")
         self.running_curve.setData(t, np.nan_to_num(running), connect="finite")
         self.waiting_curve.setData(t, np.nan_to_num(waiting), connect="finite")
         has_ttft = ~np.isnan(ttft)
         self.ttft_points.setData(t[has_ttft], ttft[has_ttft])
-        self.data = {"t": t, "kv_percent": kv, "running": running, "waiting": waiting, "ttft_ms": ttft}
+        if self.bottom == "rate":
+            self.rate_curve.setData(t, np.nan_to_num(rate), connect="finite")
+        else:
+            self.rate_curve.setData([], [])
+        self.data = {
+            "t": t,
+            "kv_percent": kv,
+            "running": running,
+            "waiting": waiting,
+            "ttft_ms": ttft,
+            "tokens_per_s": rate,
+        }
         set_window(self.ttft_plot, view)

@@ -41,7 +41,9 @@ class ResultsPanel(Panel):
         for r, row in enumerate(rows):
             for c, value in enumerate(row):
                 self.table.setItem(r, c, QTableWidgetItem(str(value)))
-        height = self.table.horizontalHeader().height() + sum(self.table.rowHeight(r) for r in range(len(rows))) + 6
+        header = self.table.horizontalHeader().sizeHint().height()  # height() is 0 until the table was shown
+        scroll = self.table.horizontalScrollBar().sizeHint().height()  # room for it: a narrow dock scrolls sideways
+        height = header + sum(self.table.rowHeight(r) for r in range(len(rows))) + scroll + 6
         self.table.setFixedHeight(max(60, height))
         self.notes.setText("<br>".join(escape(n, quote=False) for n in notes))
 

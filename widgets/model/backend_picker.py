@@ -16,7 +16,7 @@ class BackendPicker(QWidget):
         super().__init__(parent)
         self.setObjectName("backendPicker")
         self.combo = QComboBox()
-        self.combo.setMinimumContentsLength(22)
+        self.combo.setMinimumContentsLength(16)
         self.combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
         self.combo.setToolTip("The model this chat talks to: the studio's own engine or a remote endpoint")
         self.combo.activated.connect(self._activated)

@@ -69,7 +69,7 @@ def test_export_markdown_and_json_then_import_the_json(qtbot, make_window, tmp_p
 
     assert window.import_chat(tmp_path / "chat.json")
     imported = window.tabs.current
-    assert imported is not chat and imported.title == "Greeting"
+    assert imported is not chat and imported.title == "Greeting (imported)"  # the original is still open
     assert [(m.role, m.content) for m in imported.messages] == [(m.role, m.content) for m in chat.messages]
     assert imported.settings == chat.settings
     assert window.store.load_chat(imported.chat_id).messages[1].content == chat.messages[1].content

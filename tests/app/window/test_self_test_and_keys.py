@@ -57,3 +57,8 @@ def test_self_test_streams_two_chats_on_the_embedded_model(tmp_path) -> None:
     assert {"studio-streaming.png", "studio-light.png", "studio-dark.png"} <= names
     assert {"dashboard-streaming.png", "dashboard-midstream.png"} <= names  # the live dashboard, while both stream
     assert all((shots / name).stat().st_size > 10_000 for name in names)
+    # the window as a laptop shows it with the dashboard docked, and a compare of two targets after both replied
+    assert {"studio-docked.png", "compare.png"} <= names
+    header = (shots / "studio-docked.png").read_bytes()[16:24]
+    assert (int.from_bytes(header[:4], "big"), int.from_bytes(header[4:], "big")) == (1280, 800)
+    assert "compared two targets by token" in result.stdout

@@ -77,6 +77,7 @@ def test_every_experiment_has_a_title_and_description() -> None:
         "batching",
         "prefix_sharing",
         "memory_pressure",
+        "capacity",
         "quantization",
     ]
     assert all(e.title and e.description for e in EXPERIMENTS)

@@ -29,6 +29,7 @@ STEP_COLUMNS = (
     "preemptions",
     "prefix_query_tokens",
     "prefix_hit_tokens",
+    "prefill_stall_s",
 )
 TOKEN_COLUMNS = ("time", "latency_s", "index", "chat", "request")
 EVENT_COLUMNS = ("time", "kind", "request")
@@ -84,6 +85,7 @@ class MemoryInfo:
     weight_bytes: int = 0
     kv_pool_bytes: int = 0
     label: str = ""
+    kv_pages: int = 0  # pages in the engine's pool, shown until it publishes its own figures
 
 
 @dataclass
@@ -100,6 +102,7 @@ class WindowView:
     page_map: PageMap | None
     annotations: list[tuple[float, str]] = field(default_factory=list)
     since_origin: float = 0.0  # seconds from the first record to the window's end: bins align on it
+    pages_now: tuple[int, int] | None = None  # (used, in the pool) of the engine read now; None: not known yet
 
     @property
     def num_steps(self) -> int:
@@ -130,6 +133,8 @@ class MetricsHistory:
         self.annotations: list[tuple[float, str]] = []  # (monotonic time, text): experiment phases
         self.origin: float | None = None
         self._cursors: dict[Hashable, tuple[int, int]] = {}
+        self._current: Hashable | None = None  # the source polled last
+        self._current_steps = 0  # steps read from it: an earlier source's last step says nothing of its pool
 
     # ---- reading snapshots ---------------------------------------------------------------------
     def poll(self, source: SnapshotSource) -> bool:
@@ -137,7 +142,19 @@ class MetricsHistory:
         since_step, since_token = self._cursors.get(source, (0, 0))
         snapshot = source(since_step, since_token)
         self._cursors[source] = (snapshot.next_step, snapshot.next_token)
+        if source != self._current:
+            self._current, self._current_steps = source, 0
+        self._current_steps += len(snapshot.steps)
         return self.ingest(snapshot)
+
+    def pages_now(self) -> tuple[int, int] | None:
+        """(pages used, pages in the pool) of the engine read now: its last step, else its page map."""
+        if self._current_steps and self.steps.size:
+            return int(self.steps.column("pages_used")[-1]), int(self.steps.column("pages_total")[-1])
+        if self.page_map is not None:
+            used = len({page for _rid, table, _computed in self.page_map.tables for page in table})
+            return used, self.page_map.num_pages
+        return None
 
     def ingest(self, snapshot: MetricsSnapshot) -> bool:
         changed = bool(snapshot.steps or snapshot.tokens) or snapshot.page_map is not self.page_map
@@ -197,7 +214,9 @@ class MetricsHistory:
         events = _slice(self.events, "time", lo, now)
         notes = [(t - now, text) for t, text in self.annotations if lo <= t <= now]
         since_origin = now - self.origin if self.origin is not None else 0.0
-        return WindowView(-seconds, 0.0, steps, tokens, events, list(self.chats), self.page_map, notes, since_origin)
+        return WindowView(
+            -seconds, 0.0, steps, tokens, events, list(self.chats), self.page_map, notes, since_origin, self.pages_now()
+        )
 
     def latest_time(self) -> float | None:
         times = [table.column(c)[-1] for table, c in ((self.steps, "start"), (self.tokens, "time")) if table.size]

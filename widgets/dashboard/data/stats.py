@@ -117,6 +117,8 @@ class Summary:
     pages_total: int
     weight_bytes: int
     kv_pool_bytes: int
+    prefill_stall_max_s: float | None = None  # the longest a step's prefill made the streaming chats wait
+    prefill_stall_total_s: float = 0.0
 
     @property
     def kv_waste_fraction(self) -> float | None:
@@ -137,7 +139,9 @@ def summarize(view: WindowView, memory: MemoryInfo | None = None) -> Summary:
     itl_p50 = percentile(itl, 50)
     queried = float(steps["prefix_query_tokens"].sum())
     waste, allocated = kv_waste(view.page_map)
-    last = {name: int(steps[name][-1]) if view.num_steps else 0 for name in ("pages_used", "pages_total")}
+    # the pool as it is now, of the engine read now (not the last step of an experiment's engine before it)
+    pages_used, pages_total = view.pages_now or (0, memory.kv_pages)
+    stalls = steps["prefill_stall_s"][steps["prefill_stall_s"] > 0]
     return Summary(
         ttft_p50_s=percentile(ttft, 50),
         ttft_p99_s=percentile(ttft, 99),
@@ -149,8 +153,10 @@ def summarize(view: WindowView, memory: MemoryInfo | None = None) -> Summary:
         kv_waste_slots=waste,
         kv_allocated_slots=allocated,
         preemptions=int(steps["preemptions"].sum()),
-        pages_used=last["pages_used"],
-        pages_total=last["pages_total"] or (len(view.page_map.owners) if view.page_map else 0),
+        pages_used=pages_used,
+        pages_total=pages_total,
         weight_bytes=memory.weight_bytes,
         kv_pool_bytes=memory.kv_pool_bytes,
+        prefill_stall_max_s=float(stalls.max()) if stalls.size else None,
+        prefill_stall_total_s=float(stalls.sum()),
     )

@@ -1,0 +1,81 @@
+"""ChatContext: keeps a chat's context meter current: the counts of what was sent, the reply as it streams, and the
+KV pages the chat's requests hold or left cached."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from app.chat.context_fit import CHARS_PER_TOKEN, ContextLimits, Fit
+from engine.core.metrics import PageMap
+from engine.types import TokenEvent
+from widgets.chat.context import ContextUsage
+from widgets.chat.panel import ChatPanel
+
+
+class ChatContext:
+    def __init__(self, panel: ChatPanel) -> None:
+        self._panel = panel
+        self.usage = ContextUsage()
+        self._last_pages: tuple[int, ...] = ()  # the page table of the chat's latest request, as last published
+        self._reply_chars = 0
+
+    def _show(self, usage: ContextUsage) -> None:
+        if usage != self.usage:
+            self.usage = usage
+            self._panel.set_context_usage(usage)
+
+    def measured(self, fit: Fit, limits: ContextLimits, reply_tokens: int = 0) -> None:
+        """Counts of a conversation as it goes (or would go) to the model."""
+        system = fit.system_tokens or 0
+        self._reply_chars = 0
+        self._show(
+            replace(
+                self.usage,
+                system_tokens=system,
+                history_tokens=None if fit.prompt_tokens is None else max(0, fit.prompt_tokens - system),
+                reply_tokens=reply_tokens,
+                context_tokens=limits.length,
+                limit_note=limits.note,
+                approximate=limits.approximate,
+                dropped_messages=len(fit.dropped),
+            )
+        )
+
+    def streamed(self, events: list[TokenEvent]) -> None:
+        """A frame of the reply: token ids where the backend gives them, else about four characters a token."""
+        tokens = sum(len(e.token_ids) for e in events)
+        if tokens:
+            self._show(replace(self.usage, reply_tokens=self.usage.reply_tokens + tokens))
+            return
+        self._reply_chars += sum(len(e.text) for e in events)
+        self._show(replace(self.usage, reply_tokens=self._reply_chars // CHARS_PER_TOKEN))
+
+    def finished(self, stats: dict | None) -> None:
+        """The backend's own count of the request, where it reports one, replaces the estimate."""
+        stats = stats or {}
+        prompt, output = stats.get("prompt_tokens"), stats.get("output_tokens")
+        usage = replace(self.usage, pages_held=0)
+        if prompt:
+            usage = replace(usage, history_tokens=max(0, prompt - (usage.system_tokens or 0)))
+        if output is not None:
+            usage = replace(usage, reply_tokens=output)
+        self._show(usage)
+
+    def pages(self, page_map: PageMap | None, request_id: str | None) -> None:
+        """Pages the chat's running request holds; between turns, those of its last request still cached."""
+        if page_map is None:
+            return
+        tables = {rid: table for rid, table, _computed in page_map.tables}
+        held = tables.get(request_id) if request_id is not None else None
+        if held is not None:
+            self._last_pages = held
+            self._show(replace(self.usage, pages_held=len(held), pages_cached=0))
+            return
+        # still hashed and findable: a next turn starting with the same tokens reuses them (shared ones included)
+        cached = sum(1 for page in self._last_pages if page in page_map.cached_pages)
+        self._show(replace(self.usage, pages_held=0, pages_cached=cached))
+
+    def forget_pages(self) -> None:
+        """Another engine now: the old pool's pages mean nothing."""
+        self._last_pages = ()
+        self._show(replace(self.usage, pages_held=0, pages_cached=0))

@@ -1,0 +1,1 @@
+"""Compare: one prompt sent to several targets (local models and quantizations one after another, remotes at once)."""

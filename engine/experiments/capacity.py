@@ -1,0 +1,91 @@
+"""The Capacity experiment: how many chats of a given length one KV budget holds before preemption starts, as the
+chats grow longer. What limits a server is how many requests fit before their caches fill memory; a longer allowed
+context costs nothing until the traffic is long."""
+
+from __future__ import annotations
+
+from engine.experiments.plumbing import (
+    ExperimentContext,
+    ExperimentResult,
+    Submission,
+    greedy,
+    pages_for,
+    question,
+    run_batch,
+    text_prompt,
+)
+
+MIN_REPLY = 4
+
+
+def preemptions(count: int) -> str:
+    return "no preemption" if count == 0 else f"{count} preemption" + ("" if count == 1 else "s")
+
+
+def peak_running(engine) -> int:
+    """Most requests the engine ran in one step."""
+    return max((step.running for step in engine.metrics.snapshot(0, 1 << 62).steps), default=0)
+
+
+def _run(ctx: ExperimentContext, prompts: list[list[int]], length: int, label: str):
+    """Every chat exactly `length` tokens (prompt + reply), all admitted in the first step: with the prefill budget
+    that spares streaming chats off, the moment pages run out depends on the lengths alone, not on arrival order."""
+    step_tokens = max(ctx.base_config.max_step_tokens or 0, sum(len(p) for p in prompts))
+    engine = ctx.engine(
+        label,
+        pages=ctx.sizes.capacity_pages,
+        prefix_caching=False,  # the chats' shared template would otherwise make them look smaller than they are
+        prefill_budget_s=None,
+        max_step_tokens=step_tokens,
+        max_running=max(ctx.base_config.max_running, len(prompts)),
+    )
+    subs = [Submission(p, greedy(max(MIN_REPLY, length - len(p))), f"{length} tokens #{i + 1}")
+            for i, p in enumerate(prompts)]  # fmt: skip
+    outcome = run_batch(engine, subs, ctx)
+    return outcome, peak_running(engine)
+
+
+def capacity(ctx: ExperimentContext) -> ExperimentResult:
+    sizes, tokenizer, page_size = ctx.sizes, ctx.loaded.tokenizer, ctx.sizes.page_size
+    budget_pages = sizes.capacity_pages
+    budget_tokens = budget_pages * page_size
+    rows, figures = [], []
+    for length in sizes.capacity_lengths:
+        per_chat = pages_for(length, page_size)
+        fits = max(1, budget_pages // per_chat)
+        # a short question each (the chat template alone takes a few dozen tokens); the reply makes up the length
+        prompts = [text_prompt(tokenizer, 0, question(i)) for i in range(fits + 1)]
+        ctx.say(f"capacity: {fits} chats of {length} tokens, then {fits + 1}")
+        at_fit, ran = _run(ctx, prompts[:fits], length, f"experiment: capacity, {fits} chats of {length} tokens")
+        one_more, _ = _run(ctx, prompts, length, f"experiment: capacity, {fits + 1} chats of {length} tokens")
+        figures.append(
+            {
+                "length": length,
+                "pages_per_chat": per_chat,
+                "fit": fits,
+                "ran_at_once": ran,
+                "preemptions_at_fit": at_fit.preemptions,
+                "preemptions_one_more": one_more.preemptions,
+                "tokens_per_s": at_fit.tokens_per_s,
+            }
+        )
+        rows.append(
+            [
+                f"{length} tokens",
+                str(per_chat),
+                str(fits),
+                f"{ran} at once: {preemptions(at_fit.preemptions)}",
+                f"{fits + 1}: {preemptions(one_more.preemptions)}",
+            ]
+        )
+    notes = [
+        f"One KV budget of {budget_pages} pages ({budget_tokens:,} tokens) for every run, every chat admitted at once. "
+        f"About {budget_tokens:,} ÷ the chat length fit: that many run side by side without a preemption; one chat "
+        "more and, as the replies grow, pages run out and the newest chat is preempted (recomputed later). Twice as "
+        "long, half as many.",
+        "What limits a server is how many requests fit before their caches fill memory, not the longest context it "
+        "allows: a long allowed context costs nothing until the traffic itself is long.",
+    ]
+    columns = ["chat length", "pages each", f"fit in {budget_pages}", "that many", "one more"]
+    title = f"Capacity: chats of growing length in one KV budget of {budget_pages} pages"
+    return ExperimentResult("capacity", title, columns, rows, notes, figures)

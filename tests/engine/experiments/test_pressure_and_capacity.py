@@ -1,0 +1,49 @@
+"""Memory pressure tells honestly what preemption did to the replies; Capacity finds where preemption starts."""
+
+from __future__ import annotations
+
+from engine.core.config import EngineConfig
+from engine.experiments.catalog import experiment
+from engine.experiments.plumbing import ExperimentContext, ExperimentSizes
+from engine.experiments.pressure import first_divergence, replies_note
+
+
+def test_memory_pressure_on_float32_weights_keeps_the_replies_identical(embedded_model) -> None:
+    """The embedded model loaded with an explicit float32 computes exactly, whatever the batch shape."""
+    ctx = ExperimentContext(embedded_model, EngineConfig(), ExperimentSizes.small())
+    result = experiment("memory_pressure").run(ctx)
+    ample, tight = result.figures
+    assert ample["preemptions"] == 0 and tight["preemptions"] > 0
+    assert tight["identical_outputs"] and tight["first_divergence"] is None
+    assert tight["compute_precision"] == "float32"
+    assert "identical, token for token" in result.notes[-1] and "only time" in result.notes[-1]
+    assert not any("DIFFERENT" in note for note in result.notes)
+
+
+def test_where_replies_part_the_note_says_from_which_token_and_why() -> None:
+    assert first_divergence([[1, 2, 3], [4, 5, 6]], [[1, 2, 3], [4, 5, 6]]) is None
+    assert first_divergence([[1, 2, 3, 4], [4, 5, 6, 7]], [[1, 2, 9, 9], [4, 8, 6, 7]]) == (1, 1)
+    assert first_divergence([[1, 2]], [[1, 2, 3]]) == (0, 2)
+    note = replies_note((1, 1), "bfloat16", exact=False)
+    assert note.startswith("The replies match the run with ample memory up to token 2 of chat #2, then part.")
+    assert "bfloat16" in note and "batch shape" in note and "float32" in note
+    assert "only time is lost" not in note and "identical to" not in note.split("float32")[0]
+    quantized = replies_note((0, 5), "int8 weights (float32 arithmetic)", exact=False)
+    assert "int8 weights" in quantized and "token 6 of chat #1" in quantized
+    assert "bug" in replies_note((0, 5), "float32", exact=True)
+
+
+def test_capacity_finds_where_preemption_starts_as_chats_grow_longer(tiny_loaded) -> None:
+    ctx = ExperimentContext(tiny_loaded, EngineConfig(), ExperimentSizes.small())
+    result = experiment("capacity").run(ctx)
+    short, long = result.figures
+    assert (short["length"], long["length"]) == (64, 96)
+    assert short["pages_per_chat"] == 16 and long["pages_per_chat"] == 24  # 4-token pages
+    assert short["fit"] == 40 // 16 and long["fit"] == 40 // 24
+    for figures in result.figures:
+        assert figures["ran_at_once"] == figures["fit"]  # all of them side by side
+        assert figures["preemptions_at_fit"] == 0  # the budget holds exactly that many
+        assert figures["preemptions_one_more"] > 0  # one more, and pages run out
+    assert [row[:3] for row in result.rows] == [["64 tokens", "16", "2"], ["96 tokens", "24", "1"]]
+    assert result.rows[0][3] == "2 at once: no preemption" and result.rows[0][4].startswith("3: ")
+    assert "preempted" in result.notes[0]

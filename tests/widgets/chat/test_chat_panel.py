@@ -1,0 +1,112 @@
+"""The chat panel as a person uses it: typing while the transcript has focus, a temperature typed into a preset,
+the overflow policy setting, the context meter and the marks where history was dropped."""
+
+from __future__ import annotations
+
+import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QApplication, QLabel
+
+from widgets.chat.context import ContextUsage, describe
+from widgets.chat.data import OVERFLOW_ROLLING, OVERFLOW_STOP, ChatMessage, ChatSettings
+from widgets.chat.panel import ChatPanel
+from widgets.chat.sampling_panel import SamplingPanel
+
+
+@pytest.fixture
+def panel(qtbot) -> ChatPanel:
+    widget = ChatPanel()
+    qtbot.addWidget(widget)
+    widget.resize(900, 600)
+    widget.show()
+    qtbot.waitExposed(widget)
+    return widget
+
+
+def type_keys(qtbot, text: str) -> None:
+    """Each key to whichever widget has the focus at the time, as a keyboard would send it."""
+    for char in text:
+        qtbot.keyClick(QApplication.focusWidget(), char)
+
+
+def test_typing_while_the_transcript_has_focus_goes_to_the_message_box(qtbot, panel) -> None:
+    message = panel.transcript.append_message(ChatMessage("assistant", "An earlier reply"))
+    panel.transcript.setFocus()
+    QApplication.processEvents()
+    assert panel.transcript.hasFocus()
+    type_keys(qtbot, "Hello")
+    assert panel.input.toPlainText() == "Hello" and panel.input.hasFocus()
+    prose = message.findChildren(QLabel, "prose")[0]  # a click into a reply's text selects it: focus is there
+    prose.setFocus()
+    QApplication.processEvents()
+    assert QApplication.focusWidget() is prose
+    type_keys(qtbot, " there")
+    assert panel.input.toPlainText() == "Hello there"
+
+
+def test_shortcuts_in_the_transcript_are_not_typing(qtbot, panel) -> None:
+    panel.transcript.setFocus()
+    qtbot.keyClick(panel.transcript, Qt.Key.Key_C, Qt.KeyboardModifier.ControlModifier)
+    qtbot.keyClick(panel.transcript, Qt.Key.Key_PageUp)
+    assert panel.input.toPlainText() == "" and not panel.input.hasFocus()
+
+
+def test_a_temperature_typed_while_a_preset_is_selected_is_kept(qtbot) -> None:
+    sampling = SamplingPanel()
+    qtbot.addWidget(sampling)
+    sampling.show()
+    echoed: list[ChatSettings] = []
+
+    def controller_echo(settings: ChatSettings) -> None:  # the chat controller sets what it stored back
+        echoed.append(settings)
+        sampling.set_settings(settings)
+
+    sampling.settings_changed.connect(controller_echo)
+    assert sampling.preset.currentText() == "balanced"
+    sampling.temperature.setFocus()
+    sampling.temperature.selectAll()
+    qtbot.keyClicks(sampling.temperature, "0.3")
+    assert sampling.temperature.value() == pytest.approx(0.3)
+    assert echoed[-1].temperature == pytest.approx(0.3) and sampling.settings().temperature == pytest.approx(0.3)
+    assert sampling.preset.currentText() == "custom"  # 0.3 with balanced's other values is no preset
+
+
+def test_the_overflow_policy_is_a_chat_setting(qtbot) -> None:
+    sampling = SamplingPanel()
+    qtbot.addWidget(sampling)
+    assert sampling.settings().overflow == OVERFLOW_STOP
+    seen: list[ChatSettings] = []
+    sampling.settings_changed.connect(seen.append)
+    sampling.overflow.setCurrentIndex(sampling.overflow.findData(OVERFLOW_ROLLING))
+    assert seen[-1].overflow == OVERFLOW_ROLLING
+    assert ChatSettings.from_dict({"overflow": "something newer"}).overflow == OVERFLOW_STOP
+    assert ChatSettings.from_dict(ChatSettings(overflow=OVERFLOW_ROLLING).to_dict()).overflow == OVERFLOW_ROLLING
+
+
+def test_the_context_meter_says_what_is_used_of_what(panel) -> None:
+    usage = ContextUsage(system_tokens=20, history_tokens=300, reply_tokens=80, context_tokens=2048, pages_held=26)
+    panel.set_context_usage(usage)
+    assert panel.meter.text == "Context 400 / 2,048 tokens (20%) · 26 KV pages held"
+    assert panel.meter.bar.isVisibleTo(panel) and panel.meter.bar.value() == 195
+    assert "system prompt: 20" in panel.meter.toolTip() and "reply: 80" in panel.meter.toolTip()
+    remote = ContextUsage(history_tokens=120, reply_tokens=30, approximate=True)
+    panel.set_context_usage(remote)
+    assert panel.meter.text == "Context ≈150 tokens used · context unknown"
+    assert not panel.meter.bar.isVisibleTo(panel)
+    line, _tip = describe(ContextUsage(history_tokens=10, context_tokens=100, pages_cached=3, dropped_messages=4))
+    assert line == "Context 10 / 100 tokens (10%) · 3 KV pages cached · 4 earlier messages left out"
+
+
+def test_the_transcript_marks_where_history_was_dropped(panel) -> None:
+    view = panel.transcript
+    for i in range(6):
+        view.append_message(ChatMessage("user" if i % 2 == 0 else "assistant", f"message {i}"))
+    view.mark_dropped([2, 3], "truncated the middle to fit the context")
+    assert view.dropped_markers == [
+        "✂ Not sent to the model: the 2 messages below (truncated the middle to fit the context)"
+    ]
+    assert [bool(v.property("dropped")) for v in view.views] == [False, False, True, True, False, False]
+    view.mark_dropped([0, 1, 4])
+    assert len(view.dropped_markers) == 2 and "the message below" in view.dropped_markers[1]
+    view.truncate(3)
+    assert view.dropped_markers == []
