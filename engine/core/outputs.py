@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import asdict
 
@@ -10,6 +11,8 @@ from engine.core.metrics import MetricsRecorder, TokenRecord
 from engine.core.request import Request
 from engine.core.scheduler import Scheduler
 from engine.types import FinishReason, TokenEvent
+
+log = logging.getLogger(__name__)
 
 
 class OutputProcessor:
@@ -42,8 +45,14 @@ class OutputProcessor:
                 TokenRecord(request.request_id, request.tag, now, len(request.output_ids) - 1, now - previous)
             )
             detok = self.detokenizers[request.request_id]
-            text = detok.add(token)
-            reason = self._stop_reason(request, token, detok)
+            try:
+                text = detok.add(token)
+                reason = self._stop_reason(request, token, detok)
+            except Exception as exc:  # one request's text cannot be made: fail it, not its step-mates
+                log.exception("detokenizing request %s failed", request.request_id)
+                error = f"the engine could not turn this reply's tokens into text: {type(exc).__name__}: {exc}"
+                events.append(self.finish(request, FinishReason.ERROR, now, token_ids=[token], error=error))
+                continue
             if reason is None:
                 events.append(TokenEvent(request.request_id, request.tag, [token], text, now))
             else:
