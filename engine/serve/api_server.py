@@ -13,13 +13,14 @@ from dataclasses import replace
 
 from fastapi import Request
 from fastapi.responses import StreamingResponse
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, ProcessCollector
 from starlette.background import BackgroundTask
 
 from engine.core.engine_thread import EngineThread
-from engine.errors import InvalidRequestError, PromptTooLongError
+from engine.errors import EngineStoppedError, InvalidRequestError, PromptTooLongError
 from engine.handle import RequestHandle
 from engine.serve.event_bridge import AsyncEventBridge
+from engine.serve.limits import ServeLimits
 from engine.serve.openai_protocol import (
     ApiError,
     GenerationRequest,
@@ -27,7 +28,7 @@ from engine.serve.openai_protocol import (
 )
 from engine.serve.prometheus import EngineCollector, LiveState, live_state_of
 from engine.serve.responses import ResponseWriter, usage
-from engine.types import FinishReason, TokenEvent
+from engine.types import FinishReason, SamplingParams, TokenEvent
 
 log = logging.getLogger(__name__)
 
@@ -42,10 +43,14 @@ def _sse(obj: dict | str) -> str:
 class ApiServer:
     """The routes' shared state: the engine thread, the name clients call the model by, the optional key."""
 
-    def __init__(self, worker: EngineThread, model_name: str, api_key: str | None = None) -> None:
+    def __init__(
+        self, worker: EngineThread, model_name: str, api_key: str | None = None, limits: ServeLimits | None = None
+    ) -> None:
         self.worker = worker
         self.model_name = model_name
         self._api_key = api_key.encode() if api_key else None
+        self.limits = limits or ServeLimits()
+        self._admitting = 0  # requests between the queue check and their handle (tokenizing)
         self.context_length: int = worker.engine.context_length
         self.created = int(time.time())
         self.bridge: AsyncEventBridge | None = None
@@ -53,6 +58,7 @@ class ApiServer:
         self.registry = CollectorRegistry()
         runtime = worker.engine.runtime_record()
         self.registry.register(EngineCollector(worker.metrics, model_name, live=self._live_state, runtime=runtime))
+        ProcessCollector(registry=self.registry)  # process_resident_memory_bytes & co, as vLLM exposes them
 
     def _live_state(self) -> LiveState | None:
         if not self.worker.alive:
@@ -85,36 +91,78 @@ class ApiServer:
             )
 
     def check_alive(self) -> None:
-        if not self.worker.alive or self.bridge is None:
-            raise ApiError(503, "the engine is not running", type="server_error")
+        problem = self.worker.health() if self.bridge is not None else "the server is stopping"
+        if problem is not None:
+            raise ApiError(503, f"the engine is not available: {problem}", type="server_error")
+
+    def check_queue(self) -> None:
+        """429 when too many API requests wait for their first token (the window's chats queue without limit)."""
+        waiting = self._admitting + sum(1 for h in list(self.active.values()) if not h.token_ids and not h.done)
+        limit = self.limits.max_waiting
+        if waiting >= limit:
+            retry = self.limits.retry_after_s
+            raise ApiError(
+                429,
+                f"the server is busy: {waiting} requests are waiting (at most {limit}); retry in {retry} s",
+                type="rate_limit_error",
+                code="queue_full",
+                headers={"Retry-After": str(retry)},
+            )
+
+    def params_for(self, gen: GenerationRequest, prompt_tokens: int) -> SamplingParams:
+        """The request's sampling parameters, its token limit checked against what the context leaves (as vLLM
+        does: a 400 rather than a reply silently cut at the context's end)."""
+        context = self.context_length
+        room = context - prompt_tokens
+        if prompt_tokens >= context:
+            return gen.params  # the engine refuses the prompt itself (context_length_exceeded)
+        if gen.params.min_tokens > room:
+            raise bad_request(
+                f"'min_tokens' is too large: {gen.params.min_tokens}; the context leaves {room} tokens for the reply",
+                "min_tokens",
+                code="context_length_exceeded",
+            )
+        param = gen.max_tokens_param
+        if param is None:
+            return replace(gen.params, max_tokens=context)  # until the context ends
+        wanted = gen.params.max_tokens
+        if wanted > room:
+            raise bad_request(
+                f"'{param}' is too large: {wanted}. This model's maximum context length is {context} tokens and "
+                f"your request has {prompt_tokens} input tokens ({wanted} > {context} - {prompt_tokens})",
+                param,
+                code="context_length_exceeded",
+            )
+        return gen.params
 
     # ---- generation -------------------------------------------------------------------------
+    def _submit_now(self, gen: GenerationRequest, request_id: str) -> RequestHandle:
+        """Tokenize, check the token limit, queue (in a worker thread: the chat template is CPU work)."""
+        ids = gen.prompt_ids
+        if ids is None:
+            ids = self.worker.engine.encode(prompt=gen.prompt, messages=gen.messages, raw=gen.kind == "completion")
+        params = self.params_for(gen, len(ids))
+        return self.worker.submit(ids, params=params, tag=API_TAG, request_id=request_id)
+
     async def submit(self, gen: GenerationRequest, request_id: str) -> tuple[RequestHandle, asyncio.Queue]:
         assert self.bridge is not None
-        params = gen.params if gen.max_tokens_given else replace(gen.params, max_tokens=self.context_length)
+        self.check_queue()
         queue = self.bridge.register(request_id)
         param = "messages" if gen.kind == "chat" else "prompt"
+        self._admitting += 1
         try:
-            # tokenizing and the chat template are CPU work: keep them off the event loop
-            handle = await asyncio.to_thread(
-                self.worker.submit,
-                gen.prompt_ids,
-                prompt=gen.prompt,
-                messages=gen.messages,
-                raw=gen.kind == "completion",
-                params=params,
-                tag=API_TAG,
-                request_id=request_id,
-            )
-        except PromptTooLongError as exc:
+            handle = await asyncio.to_thread(self._submit_now, gen, request_id)
+        except BaseException as exc:
             self.bridge.unregister(request_id)
-            raise bad_request(str(exc), param, code="context_length_exceeded") from None
-        except InvalidRequestError as exc:
-            self.bridge.unregister(request_id)
-            raise bad_request(str(exc), param) from None
-        except BaseException:
-            self.bridge.unregister(request_id)
+            if isinstance(exc, PromptTooLongError):
+                raise bad_request(str(exc), param, code="context_length_exceeded") from None
+            if isinstance(exc, InvalidRequestError):
+                raise bad_request(str(exc), param) from None
+            if isinstance(exc, EngineStoppedError):
+                raise ApiError(503, str(exc), type="server_error") from None
             raise
+        finally:
+            self._admitting -= 1
         self.active[request_id] = handle
         return handle, queue
 
