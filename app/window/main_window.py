@@ -260,9 +260,12 @@ class MainWindow(QMainWindow):
         self.settings.save_window_state(self.saveGeometry(), self.saveState())
         self.settings.current_chat = self.tabs.current.chat_id if self.tabs.current else None
         self.settings.sync()
-        self.tabs.shutdown()
+        # Stop the replies as Esc does: the engine's final events carry their statistics, and stopping the engine
+        # delivers them (bridge.shutdown flushes the event pump); whatever is still open after that ends here.
+        self.tabs.stop_all(backend_id=None)
         self.remote.shutdown()
         self.bridge.shutdown()
+        self.tabs.shutdown()
         if self.history_dialog is not None:
             self.history_dialog.close()
         event.accept()
