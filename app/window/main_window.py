@@ -90,6 +90,7 @@ class MainWindow(QMainWindow):
         self.history_dialog: HistoryDialog | None = None
         self.switcher = ModelSwitcher(self, self.bridge, self.tabs, self.notice, self.status, settings)
         self.engine_status = EngineStatus(self.status, self.bridge, self.tabs, self)
+        self.bridge.engine_failed.connect(lambda text: self.notice.show_message(text, ERROR))
         self.tabs.restore(settings.current_chat)
         self.remote = RemoteFeatures(self)  # remote endpoints per chat, the API server toggle (issue 5)
         self._restore_geometry()
