@@ -9,7 +9,7 @@ import sys
 
 from app.cli.options import add_engine_options, add_model_options, engine_options_from
 from engine.core.engine_thread import EngineThread
-from engine.credentials import SERVICE, get_secret
+from engine.credentials import SERVICE, read_secret
 from engine.errors import ServeError
 from engine.launch import start_engine
 from engine.serve.app import create_app
@@ -60,7 +60,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def api_key_from_keyring(name: str) -> str:
-    key = get_secret(name)
+    key = read_secret(name)  # a locked keyring is said as such, not as a missing key
     if not key:
         raise ServeError(
             f"no API key named {name!r} in the system keyring; store one with: keyring set {SERVICE} {name}"

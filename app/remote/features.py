@@ -216,12 +216,11 @@ class RemoteFeatures(QObject):
         if dialog.exec() != ServerDialog.DialogCode.Accepted:
             return
         values = dialog.values()
-        changed = (values.port, values.require_key) != (s.port, s.require_key) or bool(dialog.key.text())
+        changed = (values.port, values.require_key) != (s.port, s.require_key) or dialog.key_changed
         s.port, s.require_key = values.port, values.require_key
         self.window.settings.sync()
-        if self.server.enabled and changed:  # apply now: serve again with the new port or key
-            self.serve_action.setChecked(False)
-            self.serve_action.setChecked(True)
+        if self.server.enabled and changed:  # apply now: the old server lets the port go, a new one takes it
+            self.server.restart()
 
     def _on_server_state(self, url: str) -> None:
         if url:
