@@ -20,6 +20,7 @@ from engine.errors import StudioError
 from engine.remote.client import RemoteClient
 from engine.remote.endpoints import Endpoint
 from engine.remote.metrics import RemoteMetricsSnapshot
+from engine.remote.urls import cleartext_warning
 from widgets.dialogs.endpoint import EndpointDialog
 from widgets.dialogs.server import ServerDialog, ServerValues
 from widgets.model.backend_picker import BackendPicker
@@ -136,7 +137,7 @@ class RemoteFeatures(QObject):
     # ---- endpoints --------------------------------------------------------------------------
     def add_endpoint_dialog(self) -> None:
         taken = {s.name for s in self.book.all()}
-        dialog = EndpointDialog(list_endpoint_models, taken, self.window)
+        dialog = EndpointDialog(list_endpoint_models, taken, self.window, url_warning=cleartext_warning)
         if dialog.exec() != EndpointDialog.DialogCode.Accepted:
             return
         values = dialog.values()
