@@ -42,13 +42,20 @@ class RepeatedWarningFilter(logging.Filter):
         return False
 
 
-def configure_logging(verbose: bool) -> RepeatedWarningFilter:
-    """The studio's logging for this process (the CLI calls it once, before any command runs)."""
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format=LOG_FORMAT)
+def configure_logging(verbose: bool) -> RepeatedWarningFilter | None:
+    """The studio's logging for this process: a stderr handler with the repeat filter, and Python warnings through
+    it. Left alone when logging is configured already (a test runner, a program that embeds the studio): the filter
+    goes only on the handler made here, never on someone else's."""
+    root = logging.getLogger()
+    if root.handlers:
+        return None
+    repeats = RepeatedWarningFilter()
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    handler.addFilter(repeats)
+    root.addHandler(handler)
+    root.setLevel(logging.INFO if verbose else logging.WARNING)
     # warnings.warn goes through logging, so the filter sees it too: Python's own once-per-place rule does not hold
     # (every warnings.catch_warnings() in a library resets it: bitsandbytes' cast warning came 41,580 times)
     logging.captureWarnings(True)
-    repeats = RepeatedWarningFilter()
-    for handler in logging.getLogger().handlers:
-        handler.addFilter(repeats)
     return repeats
