@@ -20,8 +20,8 @@ log = logging.getLogger(__name__)
 
 # If a stopped reply's final event never comes (its backend died), finish it here after this long.
 STOP_GRACE_MS = 5000
-# A streaming reply is saved this often (and at its first text), marked interrupted until it ends: a studio killed
-# mid-reply keeps what was written up to a few seconds before.
+# A streaming reply is saved this often, marked interrupted until it ends: a studio killed mid-reply keeps what was
+# written up to a few seconds before.
 SAVE_INTERVAL_S = 2.0
 
 
@@ -41,7 +41,7 @@ class ChatController(QObject):
         self._router = router
         self._reply: ReplyHandle | None = None
         self._reply_index: int | None = None  # the assistant message being written (or queued)
-        self._saved_at = float("-inf")  # when the streaming reply was last saved
+        self._saved_at = 0.0  # when the streaming reply was last saved (or started)
         self.panel = ChatPanel()
         self.panel.transcript.set_messages(self.messages)
         self.panel.set_settings(self.settings)
@@ -150,7 +150,7 @@ class ChatController(QObject):
         if current != self.settings:
             self.set_settings(current)
         self._reply_index = self._append(ChatMessage(ASSISTANT, ""))
-        self._saved_at = float("-inf")
+        self._saved_at = time.monotonic()  # the first save comes an interval in, not while the stream starts
         self.panel.transcript.scroll_to_end()
         self._set_busy(True)
         self._submit()
