@@ -24,6 +24,18 @@ def get_secret(name: str) -> str | None:
         return None
 
 
+def read_secret(name: str) -> str | None:
+    """The stored secret or None when there is none; raises KeyringError when the keyring cannot be read (locked,
+    missing): for callers that must not carry on as if no secret were set (a server that requires a key)."""
+    try:
+        return keyring.get_password(SERVICE, name)
+    except keyring.errors.KeyringError as exc:
+        raise KeyringError(
+            f"could not read {name!r} from the system keyring ({type(exc).__name__}); unlock the keyring "
+            "(e.g. gnome-keyring, KWallet, macOS Keychain) and try again"
+        ) from None
+
+
 def set_secret(name: str, value: str) -> None:
     if not value:
         delete_secret(name)

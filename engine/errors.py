@@ -39,3 +39,7 @@ class ServeError(StudioError):
 
 class RemoteError(StudioError):
     """A remote OpenAI-compatible endpoint could not be reached, refused the request, or stalled."""
+
+
+class EngineStoppedError(StudioError):
+    """The engine thread is not running (it was shut down, or died and could not be started again)."""

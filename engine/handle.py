@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from engine.types import FinishReason, RequestStats, TokenEvent
+
+#: how often a wait asks the watchdog whether whoever runs the request is still able to finish it
+WATCH_INTERVAL_S = 1.0
+
+# None while the runner is healthy, else why it cannot finish the request (its thread died, it is stuck)
+Watchdog = Callable[[], str | None]
 
 
 @dataclass
@@ -24,26 +32,49 @@ class RequestResult:
 class RequestHandle:
     """A submitted request: iterate it for events, or wait for the result. Cancel from any thread.
 
-    Whoever runs the request (an engine thread, a remote client) calls deliver() with each event."""
+    Whoever runs the request (an engine thread, a remote client) calls deliver() with each event. Waits without a
+    timeout still end: every WATCH_INTERVAL_S they ask the watchdog, and a runner that died or is stuck fails the
+    request with its reason."""
 
-    def __init__(self, cancel: Callable[[str], None], request_id: str, prompt_tokens: int) -> None:
+    def __init__(
+        self, cancel: Callable[[str], None], request_id: str, prompt_tokens: int, watchdog: Watchdog | None = None
+    ) -> None:
         self._cancel = cancel
         self.request_id = request_id
         self.prompt_tokens = prompt_tokens
+        self._watchdog = watchdog
         self._events: queue.Queue[TokenEvent] = queue.Queue()
         self._done = threading.Event()
+        self._lock = threading.Lock()  # the runner and a watchdog may end the request at once
         self.text_parts: list[str] = []
         self.token_ids: list[int] = []
         self.final: TokenEvent | None = None
 
     def deliver(self, event: TokenEvent) -> None:
-        """Called by the runner of the request, in its own thread."""
-        self.text_parts.append(event.text)
-        self.token_ids.extend(event.token_ids)
-        if event.finished:
-            self.final = event
-            self._done.set()
-        self._events.put(event)
+        """Called by the runner of the request, in its own thread. Events after the final one are dropped."""
+        with self._lock:
+            if self.final is not None:
+                return
+            self.text_parts.append(event.text)
+            self.token_ids.extend(event.token_ids)
+            if event.finished:
+                self.final = event
+                self._done.set()
+            self._events.put(event)
+
+    def fail(self, reason: str) -> None:
+        """End the request with an error on the caller's side (its runner cannot), and ask the runner to drop it."""
+        self.deliver(TokenEvent(self.request_id, "", [], "", time.monotonic(), True, FinishReason.ERROR, None, reason))
+        with contextlib.suppress(Exception):  # the runner is gone: there is nothing left to cancel
+            self.cancel()
+
+    def check(self) -> bool:
+        """Ask the watchdog; fail the request if its runner cannot finish it. True when the request is done."""
+        if not self.done and self._watchdog is not None:
+            reason = self._watchdog()
+            if reason is not None:
+                self.fail(reason)
+        return self.done
 
     @property
     def done(self) -> bool:
@@ -52,13 +83,24 @@ class RequestHandle:
     def cancel(self) -> None:
         self._cancel(self.request_id)
 
-    def events(self, timeout: float | None = None) -> Iterator[TokenEvent]:
-        """Events as they arrive, ending with the finishing one. timeout bounds the wait for each event."""
+    def _next_event(self, timeout: float | None) -> TokenEvent:
+        deadline = None if timeout is None else time.monotonic() + timeout
         while True:
+            wait = WATCH_INTERVAL_S if deadline is None else min(WATCH_INTERVAL_S, deadline - time.monotonic())
             try:
-                event = self._events.get(timeout=timeout)
+                return self._events.get(timeout=max(0.0, wait))
             except queue.Empty:
-                raise TimeoutError(f"no event for {self.request_id} within {timeout} s") from None
+                pass
+            if self.check() and not self._events.empty():
+                continue  # the watchdog just failed it: its final event is queued
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"no event for {self.request_id} within {timeout} s")
+
+    def events(self, timeout: float | None = None) -> Iterator[TokenEvent]:
+        """Events as they arrive, ending with the finishing one. timeout bounds the wait for each event; without
+        one, the wait still ends when the runner dies or is stuck (the watchdog)."""
+        while True:
+            event = self._next_event(timeout)
             yield event
             if event.finished:
                 return
@@ -66,8 +108,14 @@ class RequestHandle:
     __iter__ = events
 
     def result(self, timeout: float | None = None) -> RequestResult:
-        if not self._done.wait(timeout):
-            raise TimeoutError(f"{self.request_id} did not finish within {timeout} s")
+        """The whole reply. timeout bounds the wait; without one, the watchdog still ends it (see events())."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            remaining = WATCH_INTERVAL_S if deadline is None else deadline - time.monotonic()
+            if self._done.wait(max(0.0, min(WATCH_INTERVAL_S, remaining))) or self.check():
+                break
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"{self.request_id} did not finish within {timeout} s")
         final = self.final
         assert final is not None
         return RequestResult(

@@ -11,6 +11,8 @@ from enum import StrEnum
 from engine.errors import InvalidRequestError
 
 _ids = itertools.count(1)
+#: seeds a torch generator takes: 64 bits, signed or not
+SEED_MIN, SEED_MAX = -(2**63), 2**64 - 1
 
 
 def new_request_id() -> str:
@@ -87,6 +89,8 @@ class SamplingParams:
             bad(f"min-p must be in [0, 1), not {self.min_p}")
         if not math.isfinite(self.repetition_penalty) or self.repetition_penalty <= 0:
             bad(f"repetition penalty must be positive, not {self.repetition_penalty}")
+        if self.seed is not None and not (isinstance(self.seed, int) and SEED_MIN <= self.seed <= SEED_MAX):
+            bad(f"the seed must be an integer from {SEED_MIN} to {SEED_MAX}, not {self.seed}")
         if any(not s for s in self.stop):
             bad("stop strings must not be empty")
         if self.logprobs is not None and not 0 <= self.logprobs <= MAX_TOP_LOGPROBS:
@@ -165,10 +169,11 @@ def validate_messages(messages: Sequence[dict]) -> list[dict]:
             raise InvalidRequestError(f"message {number} needs a 'role' and a 'content'")
         role = message["role"]
         content = message.get("content")
-        if role not in ROLES:
+        if not isinstance(role, str) or role not in ROLES:
             raise InvalidRequestError(f"message {number} has unknown role {role!r}")
         if isinstance(content, list):  # OpenAI content parts: keep the text ones
-            content = "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+            texts = [p.get("text") for p in content if isinstance(p, dict) and p.get("type") == "text"]
+            content = "".join(texts) if all(isinstance(t, str) for t in texts) else None
         calls = message.get("tool_calls") if role == "assistant" else None
         if calls is not None and not (isinstance(calls, list) and all(_is_call(c) for c in calls)):
             raise InvalidRequestError(f"message {number}: 'tool_calls' must be a list of {{type, function}} objects")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import time
 from dataclasses import replace
 
 from PySide6.QtCore import QObject, QTimer, Signal
@@ -16,6 +18,7 @@ from engine.errors import StudioError
 from engine.types import FinishReason, TokenEvent
 from widgets.chat.data import (
     ASSISTANT,
+    INTERRUPTED,
     OVERFLOW_STOP,
     OVERFLOW_TRUNCATE_MIDDLE,
     USER,
@@ -30,6 +33,9 @@ log = logging.getLogger(__name__)
 
 # If a stopped reply's final event never comes (its backend died), finish it here after this long.
 STOP_GRACE_MS = 5000
+# A streaming reply is saved this often, marked interrupted until it ends: a studio killed mid-reply keeps what was
+# written up to a few seconds before.
+SAVE_INTERVAL_S = 2.0
 
 
 class ChatController(QObject):
@@ -48,6 +54,7 @@ class ChatController(QObject):
         self._router = router
         self._reply: ReplyHandle | None = None
         self._reply_index: int | None = None  # the assistant message being written (or queued)
+        self._saved_at = 0.0  # when the streaming reply was last saved (or started)
         self.panel = ChatPanel()
         self.panel.transcript.set_messages(self.messages)
         self.panel.set_settings(self.settings)
@@ -160,6 +167,7 @@ class ChatController(QObject):
         if current != self.settings:
             self.set_settings(current)
         self._reply_index = self._append(ChatMessage(ASSISTANT, ""))
+        self._saved_at = time.monotonic()  # the first save comes an interval in, not while the stream starts
         self.panel.transcript.scroll_to_end()
         self._set_busy(True)
         self._submit()
@@ -215,11 +223,21 @@ class ChatController(QObject):
             message.content += "".join(delta)
             self.panel.transcript.set_streaming_text(self._reply_index, message.content)
             self.context.streamed([e for e in events if e.request_id == self._reply.request_id])
+            if final is None and time.monotonic() - self._saved_at >= SAVE_INTERVAL_S:
+                self._save_partial()
         if final is not None:
             error = final.error
             if final.finish_reason is FinishReason.ERROR and not error:
                 error = "the engine failed while writing this reply"
             self._finish(final.finish_reason or FinishReason.STOP, final.stats, error)
+
+    def _save_partial(self) -> None:
+        """Store the reply written so far, marked interrupted: its final save replaces the mark."""
+        index = self._reply_index
+        if index is None or not self.messages[index].content:
+            return
+        self._saved_at = time.monotonic()
+        self._store.put_message(self.chat_id, index, dataclasses.replace(self.messages[index], error=INTERRUPTED))
 
     def _finish(self, reason: FinishReason, stats, error: str | None) -> None:
         index = self._reply_index

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -13,6 +12,7 @@ from app.cli import bench_ui as bench_ui_command
 from app.cli import generate as generate_command
 from app.cli import gui as gui_command
 from app.cli import serve as serve_command
+from app.cli.log_setup import configure_logging
 from app.version import __version__
 from engine.errors import StudioError
 
@@ -62,10 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv = ["gui", *argv]  # `inference-studio --self-test` means the window
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING,
-        format="%(levelname)s %(name)s: %(message)s",
-    )
+    configure_logging(args.verbose)
     _quiet_libraries()
     if args.command is None:
         args = parser.parse_args(["gui"])

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import sys
 
 from app.cli.options import add_engine_options, add_model_options, engine_options_from
 from engine.core.engine_thread import EngineThread
-from engine.credentials import SERVICE, get_secret
+from engine.credentials import SERVICE, read_secret
 from engine.errors import ServeError
 from engine.launch import start_engine
 from engine.serve.app import create_app
 from engine.serve.http_server import HttpServer, bind_socket, is_loopback
+from engine.serve.limits import MIB, ServeLimits, allowed_hosts_for
 
 log = logging.getLogger(__name__)
 
@@ -32,12 +34,33 @@ def configure(parser: argparse.ArgumentParser) -> None:
     server.add_argument(
         "--served-model-name", metavar="NAME", default=None, help="the model id clients use (default: its name)"
     )
+    defaults = ServeLimits()
+    server.add_argument(
+        "--allowed-host",
+        metavar="NAME",
+        action="append",
+        default=[],
+        help="a Host name to answer to besides localhost, 127.0.0.1 and [::1] (repeatable); others get 403, "
+        "which stops DNS rebinding",
+    )
+    server.add_argument(
+        "--max-waiting",
+        type=int,
+        default=defaults.max_waiting,
+        help=f"API requests that may wait for their first token; more get 429 (default {defaults.max_waiting})",
+    )
+    server.add_argument(
+        "--max-body-mib",
+        type=float,
+        default=defaults.max_body_bytes / MIB,
+        help=f"largest request body in MiB; larger get 413 (default {defaults.max_body_bytes / MIB:g})",
+    )
     add_engine_options(parser)
     parser.set_defaults(handler=run)
 
 
 def api_key_from_keyring(name: str) -> str:
-    key = get_secret(name)
+    key = read_secret(name)  # a locked keyring is said as such, not as a missing key
     if not key:
         raise ServeError(
             f"no API key named {name!r} in the system keyring; store one with: keyring set {SERVICE} {name}"
@@ -45,9 +68,21 @@ def api_key_from_keyring(name: str) -> str:
     return key
 
 
+def limits_from(args: argparse.Namespace) -> ServeLimits:
+    if args.max_waiting < 1:
+        raise ServeError(f"--max-waiting must be at least 1, not {args.max_waiting}")
+    if not args.max_body_mib > 0:
+        raise ServeError(f"--max-body-mib must be positive, not {args.max_body_mib:g}")
+    return dataclasses.replace(
+        ServeLimits(), max_waiting=args.max_waiting, max_body_bytes=max(1, int(args.max_body_mib * MIB))
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65535:
         raise ServeError(f"--port must be between 0 and 65535, not {args.port}")
+    limits = limits_from(args)
+    allowed_hosts = allowed_hosts_for(args.host, args.allowed_host)
     # everything that can fail quickly fails before the model loads
     api_key = api_key_from_keyring(args.api_key_from_keyring) if args.api_key_from_keyring else None
     options = engine_options_from(args)
@@ -66,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
         raise
     model_name = args.served_model_name or engine.loaded.info.name
     with EngineThread(engine) as worker:
-        app = create_app(worker, model_name, api_key=api_key)
+        app = create_app(worker, model_name, api_key=api_key, limits=limits, allowed_hosts=allowed_hosts)
         server = HttpServer(app, args.host, args.port, access_log=args.verbose, sock=sock)
         if not is_loopback(args.host) and api_key is None:
             log.warning("listening on %s without an API key: anyone who can reach it can use the model", args.host)

@@ -35,7 +35,7 @@ class ApiServerControl(QObject):
         self._restarter = BackgroundCall(self)
         self._restarter.succeeded.connect(lambda _result: self._start() if self.enabled else None)
         self._restarter.failed.connect(self._on_failed)
-        bridge.model_changed.connect(lambda _info: self._restart())
+        bridge.model_changed.connect(lambda _info: self.restart())
 
     @property
     def url(self) -> str:
@@ -87,8 +87,9 @@ class ApiServerControl(QObject):
                 stopper.join(15)
         self.state_changed.emit("")
 
-    def _restart(self) -> None:
-        """A new engine took over: serve it instead of the old one."""
+    def restart(self) -> None:
+        """Serve again with the settings as they are now (a new port or key), or a new engine that took over. The old
+        server lets its port go before the new one binds it."""
         if not self.enabled:
             return
         old, self.server = self.server, None

@@ -7,7 +7,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import replace
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QObject, QTimer, Signal
 
 from app.chat.event_pump import EventPump
 from app.hosting.backends import LOCAL, BackendRegistry
@@ -22,6 +22,8 @@ from engine.load.options import LoadOptions
 from widgets.model.choice import ModelChoice
 
 log = logging.getLogger(__name__)
+
+WATCH_MS = 500  # how often the window looks whether the engine thread died (and was started again)
 
 
 def engine_options_for(choice: ModelChoice, config: EngineConfig) -> EngineOptions:
@@ -39,6 +41,7 @@ class EngineBridge(QObject):
     model_ready = Signal()  # a loaded model waits for complete_swap()
     model_changed = Signal(object)  # ModelInfo of the engine now taking requests
     model_load_failed = Signal(str)
+    engine_failed = Signal(str)  # the engine thread died: started again, or down for good (the message says which)
     _loaded = Signal(object)
     _failed = Signal(str)
 
@@ -63,6 +66,11 @@ class EngineBridge(QObject):
         self.info: ModelInfo | None = None
         self._loaded.connect(self._on_loaded)
         self._failed.connect(self._on_failed)
+        self._seen_restarts = 0
+        self._reported_down = False
+        self._watch = QTimer(self, interval=WATCH_MS)
+        self._watch.timeout.connect(self.check_engine)
+        self._watch.start()
 
     # ---- state ------------------------------------------------------------------------------
     @property
@@ -81,6 +89,23 @@ class EngineBridge(QObject):
     def metrics(self) -> MetricsRecorder | None:
         """The live engine's metrics ring buffer, for the status bar and the dashboard."""
         return self._thread.metrics if self._thread is not None else None
+
+    def check_engine(self) -> None:
+        """Tell the window when the engine thread died since the last look (EngineThread starts it again)."""
+        thread = self._thread
+        if thread is None or self._closed:
+            return
+        crash = thread.last_crash or "unknown error"
+        if thread.restarts > self._seen_restarts:
+            self._seen_restarts = thread.restarts
+            self.engine_failed.emit(
+                f"The engine failed ({crash}) and was started again; replies being written then were lost."
+            )
+        elif not thread.alive and not self._reported_down:
+            self._reported_down = True
+            self.engine_failed.emit(
+                f"The engine stopped ({crash}) and could not be started again: load the model again (Model menu)."
+            )
 
     # ---- loading ----------------------------------------------------------------------------
     def load(self, choice: ModelChoice) -> bool:
@@ -146,6 +171,7 @@ class EngineBridge(QObject):
         thread.add_listener(self._pump.listener)
         thread.start()
         self._thread = thread
+        self._seen_restarts, self._reported_down = 0, False
         self.choice = choice
         self.info = engine.loaded.info
         self._registry.set(LOCAL, thread, label=self.info.name)
@@ -154,6 +180,7 @@ class EngineBridge(QObject):
     def shutdown(self, timeout: float = 10.0) -> None:
         """Stop the engine (cancelling what runs); a load still under way is abandoned."""
         self._closed = True
+        self._watch.stop()
         self._candidate = None
         thread, self._thread = self._thread, None
         self._registry.set(LOCAL, None)

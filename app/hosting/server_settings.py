@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from PySide6.QtCore import QSettings
 
-from engine.credentials import get_secret, set_secret
+from engine.credentials import get_secret, read_secret, set_secret
+from engine.errors import KeyringError
 
 DEFAULT_PORT = 8000
 # The same keyring entry `inference-studio serve --api-key-from-keyring local-server-api-key` reads.
@@ -36,8 +37,18 @@ class ServerSettings:
         self.qsettings.setValue("server/require_key", "true" if value else "false")
 
     def api_key(self) -> str | None:
-        """The key to require, or None when none is required (or none is stored)."""
-        return get_secret(KEY_NAME) if self.require_key else None
+        """The key to require, or None when none is required. When one is required but cannot be read (a locked
+        keyring) or is not stored, this raises KeyringError: the server must not start without the key it
+        announces."""
+        if not self.require_key:
+            return None
+        key = read_secret(KEY_NAME)
+        if not key:
+            raise KeyringError(
+                "an API key is required but none is stored; enter one in Server ▸ API server settings… "
+                "or untick “Require an API key”"
+            )
+        return key
 
 
 class ServerKeys:

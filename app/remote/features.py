@@ -20,6 +20,7 @@ from engine.errors import StudioError
 from engine.remote.client import RemoteClient
 from engine.remote.endpoints import Endpoint
 from engine.remote.metrics import RemoteMetricsSnapshot
+from engine.remote.urls import cleartext_warning
 from widgets.dialogs.endpoint import EndpointDialog
 from widgets.dialogs.server import ServerDialog, ServerValues
 from widgets.model.backend_picker import BackendPicker
@@ -140,7 +141,7 @@ class RemoteFeatures(QObject):
     # ---- endpoints --------------------------------------------------------------------------
     def add_endpoint_dialog(self) -> None:
         taken = {s.name for s in self.book.all()}
-        dialog = EndpointDialog(list_endpoint_models, taken, self.window)
+        dialog = EndpointDialog(list_endpoint_models, taken, self.window, url_warning=cleartext_warning)
         if dialog.exec() != EndpointDialog.DialogCode.Accepted:
             return
         values = dialog.values()
@@ -220,12 +221,11 @@ class RemoteFeatures(QObject):
         if dialog.exec() != ServerDialog.DialogCode.Accepted:
             return
         values = dialog.values()
-        changed = (values.port, values.require_key) != (s.port, s.require_key) or bool(dialog.key.text())
+        changed = (values.port, values.require_key) != (s.port, s.require_key) or dialog.key_changed
         s.port, s.require_key = values.port, values.require_key
         self.window.settings.sync()
-        if self.server.enabled and changed:  # apply now: serve again with the new port or key
-            self.serve_action.setChecked(False)
-            self.serve_action.setChecked(True)
+        if self.server.enabled and changed:  # apply now: the old server lets the port go, a new one takes it
+            self.server.restart()
 
     def _on_server_state(self, url: str) -> None:
         if url:

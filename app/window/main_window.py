@@ -95,6 +95,7 @@ class MainWindow(QMainWindow):
         self.history_dialog: HistoryDialog | None = None
         self.switcher = ModelSwitcher(self, self.bridge, self.tabs, self.notice, self.status, settings)
         self.engine_status = EngineStatus(self.status, self.bridge, self.tabs, self)
+        self.bridge.engine_failed.connect(lambda text: self.notice.show_message(text, ERROR))
         self.tabs.restore(settings.current_chat)
         self.remote = RemoteFeatures(self)  # remote endpoints per chat, the API server toggle (issue 5)
         self.compare = install_compare(self)  # Model > Compare…
@@ -278,9 +279,12 @@ class MainWindow(QMainWindow):
         self.settings.save_window_state(self.saveGeometry(), self.saveState())
         self.settings.current_chat = self.tabs.current.chat_id if self.tabs.current else None
         self.settings.sync()
-        self.tabs.shutdown()
+        # Stop the replies as Esc does: the engine's final events carry their statistics, and stopping the engine
+        # delivers them (bridge.shutdown flushes the event pump); whatever is still open after that ends here.
+        self.tabs.stop_all(backend_id=None)
         self.remote.shutdown()
         self.bridge.shutdown()
+        self.tabs.shutdown()
         if self.history_dialog is not None:
             self.history_dialog.close()
         event.accept()

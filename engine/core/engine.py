@@ -86,7 +86,6 @@ class Engine:
         self.kv_bytes_per_token = geometry.kv_bytes_per_token(torch.empty((), dtype=kv_dtype).element_size())
         num_pages = config.pages_for(self.kv_bytes_per_token)
         ps = config.page_size
-        self.pool = PagePool(num_pages, ps, config.prefix_caching)
         self.cache = PagedKVCache(
             geometry.num_layers, geometry.num_kv_heads, geometry.head_dim, num_pages, ps, kv_dtype,
             loaded.options.device,
@@ -96,9 +95,6 @@ class Engine:
         self.step_cost = StepCostModel(
             config.prefill_budget_s or 0.0, config.prefill_stall_ratio, min_tokens=ps, max_tokens=config.max_step_tokens
         )
-        budget = self.step_cost.prefill_token_budget if config.prefill_budget_s is not None else None
-        drafter = Drafter(config.draft_max) if config.speculative and config.draft_max else None
-        self.scheduler = Scheduler(config, self.pool, prefill_budget=budget, drafter=drafter)
         self.metrics = MetricsRecorder(config.metrics_capacity)
         self.vocab_size = self.model.get_output_embeddings().weight.shape[0]
         text_config = self.model.config.get_text_config()
@@ -106,12 +102,30 @@ class Engine:
         eos_ids = eos_token_ids(self.tokenizer, self.model)
         self.sampler = Sampler(eos_ids=eos_ids)
         self.grammars = Grammars(self.tokenizer, self.vocab_size, eos_ids)
-        self.outputs = OutputProcessor(self.tokenizer, eos_ids, self.context_length, self.scheduler, self.metrics)
-        self.requests: dict[str, Request] = {}
+        self._build_bookkeeping(num_pages, eos_ids)
         self.step_count = 0
         self._last_page_map = 0.0
         #: tests set this to make a step fail; called with the scheduled work before the forward pass
         self.fault_injector: Callable[[SchedulerOutput], None] | None = None
+
+    def _build_bookkeeping(self, num_pages: int, eos_ids: set[int]) -> None:
+        """The page pool, the queues and the live requests: everything a failure can leave inconsistent."""
+        config = self.config
+        self.pool = PagePool(num_pages, config.page_size, config.prefix_caching)
+        budget = self.step_cost.prefill_token_budget if config.prefill_budget_s is not None else None
+        drafter = Drafter(config.draft_max) if config.speculative and config.draft_max else None
+        self.scheduler = Scheduler(config, self.pool, prefill_budget=budget, drafter=drafter)
+        self.outputs = OutputProcessor(self.tokenizer, eos_ids, self.context_length, self.scheduler, self.metrics)
+        self.requests: dict[str, Request] = {}
+
+    def reset_requests(self) -> list[str]:
+        """Forget every request and start the pool afresh (no cached prefixes); the ids dropped are returned. For
+        when finishing requests failed and the pool's counts can no longer be trusted. Engine thread only."""
+        dropped = list(self.requests)
+        log.warning("resetting the engine's requests and KV pages (%d requests dropped)", len(dropped))
+        self._build_bookkeeping(self.pool.num_pages, self.outputs.eos_ids)
+        self._publish_page_map(force=True)
+        return dropped
 
     @property
     def eos_ids(self) -> set[int]:
@@ -191,15 +205,28 @@ class Engine:
 
     def finish(self, request: Request, reason: FinishReason, now: float, error: str | None = None) -> TokenEvent:
         """End a request for a reason of the caller's (cancelled, failed): pages freed, final event returned."""
+        event = self.outputs.finish(request, reason, now, error=error)
+        # only once finished: a request whose finishing failed stays known, so fail_all() still answers it
         self.requests.pop(request.request_id, None)
-        return self.outputs.finish(request, reason, now, error=error)
+        return event
 
     def fail_all(self, message: str) -> list[TokenEvent]:
-        """End every request with an error (the engine cannot go on with them)."""
+        """End every request with an error (the engine cannot go on with them). Never raises: a request that cannot
+        be finished cleanly (its pages will not go back) still gets its error event, and the pool starts afresh."""
         now = time.monotonic()
-        return [
-            self.finish(request, FinishReason.ERROR, now, error=message) for request in list(self.requests.values())
-        ]
+        events, broken = [], False
+        for request in list(self.requests.values()):
+            try:
+                events.append(self.finish(request, FinishReason.ERROR, now, error=message))
+            except Exception:
+                log.exception("finishing request %s after a failure failed too", request.request_id)
+                broken = True
+                self.requests.pop(request.request_id, None)
+                events.append(TokenEvent(request.request_id, request.tag, [], "", now, True, FinishReason.ERROR,
+                                         None, message))  # fmt: skip
+        if broken:
+            self.reset_requests()
+        return events
 
     def _token_text(self, token_id: int) -> str:
         """A token as text on its own (byte pieces of a longer character show as the replacement character)."""

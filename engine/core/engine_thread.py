@@ -14,17 +14,38 @@ import torch
 from engine.core import openmp
 from engine.core.engine import Engine
 from engine.core.routing import EventRouter
+from engine.errors import EngineStoppedError
 from engine.handle import RequestHandle
 from engine.types import EventListener, FinishReason, SamplingParams, TokenEvent, new_request_id
 
 log = logging.getLogger(__name__)
 
 
-class EngineThread:
-    """Owns the engine: only this thread touches the model, the page pool and the scheduler."""
+#: a loop that made no progress this long while requests wait is reported stuck (/health, waiting callers)
+STUCK_AFTER_S = 120.0
+#: how often a thread that died is started again before it stays down
+MAX_RESTARTS = 3
 
-    def __init__(self, engine: Engine, name: str = "engine") -> None:
+
+class EngineThread:
+    """Owns the engine: only this thread touches the model, the page pool and the scheduler. A failing step fails
+    its requests; if the loop itself dies, every request still open gets an error and a new thread takes over
+    (up to max_restarts times)."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        name: str = "engine",
+        *,
+        stuck_after_s: float = STUCK_AFTER_S,
+        max_restarts: int = MAX_RESTARTS,
+    ) -> None:
         self.engine = engine
+        self.name = name
+        self.stuck_after_s = stuck_after_s
+        self.max_restarts = max_restarts
+        self.restarts = 0
+        self.last_crash: str | None = None
         self._commands: queue.Queue[Callable[[], None]] = queue.Queue()
         self._handles: EventRouter[RequestHandle] = EventRouter()
         self._listeners: list[EventListener] = []
@@ -32,6 +53,9 @@ class EngineThread:
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self.idle_wait_s = 0.05
         self._torch_threads = torch.get_num_threads()
+        self._progress_at = time.monotonic()  # when the loop last made progress (or had nothing to do)
+        self._in_task = False  # a call() runs: long on purpose (an experiment), not stuck
+        self._adding = 0  # requests submitted whose add command has not run yet
 
     # ---- lifecycle --------------------------------------------------------------------------
     def start(self) -> EngineThread:
@@ -44,10 +68,10 @@ class EngineThread:
 
     def shutdown(self, timeout: float = 30.0) -> None:
         """Cancel everything still running and stop the thread."""
+        self._stopping.set()
         if not self._thread.is_alive():
             return
         self._commands.put(self._abort_all)
-        self._stopping.set()
         self._commands.put(lambda: None)  # wake the loop
         self._thread.join(timeout)
 
@@ -60,6 +84,23 @@ class EngineThread:
     @property
     def alive(self) -> bool:
         return self._thread.is_alive()
+
+    def health(self) -> str | None:
+        """None when the engine is serving; else what is wrong: its thread stopped, or it is stuck."""
+        if not self.alive:
+            crash = f": {self.last_crash}" if self.last_crash else ""
+            return f"the engine thread has stopped{crash}"
+        if self._in_task or not self.engine.has_unfinished:
+            return None
+        stalled = time.monotonic() - self._progress_at
+        if stalled > self.stuck_after_s:
+            return f"the engine has made no progress for {stalled:.0f} s while requests wait"
+        return None
+
+    @property
+    def num_waiting(self) -> int:
+        """Requests not yet running: queued in the scheduler or not yet added (a cheap read from any thread)."""
+        return len(self.engine.scheduler.waiting) + self._adding
 
     @property
     def metrics(self):
@@ -88,15 +129,18 @@ class EngineThread:
     ) -> RequestHandle:
         """Queue a request. Bad input raises here, in the caller's thread, before anything is queued."""
         params = params or SamplingParams()
+        if not self.alive and (self._stopping.is_set() or self._thread.ident is not None):
+            raise EngineStoppedError(f"the engine is not running ({self.health() or 'shut down'})")
         if prompt_ids is None:
             prompt_ids = self.engine.encode(prompt=prompt, messages=messages, raw=raw, tools=tools)
         self.engine.check_request(prompt_ids, params)
         request_id = request_id or new_request_id()
-        handle = RequestHandle(self.cancel, request_id, len(prompt_ids))
+        handle = RequestHandle(self.cancel, request_id, len(prompt_ids), watchdog=self.health)
         arrival = time.monotonic()
         ids = list(prompt_ids)
 
         def add() -> None:
+            self._adding -= 1
             self._handles.add(request_id, handle)
             try:
                 self.engine.add_request(ids, params, request_id=request_id, tag=tag, arrival_time=arrival)
@@ -105,6 +149,7 @@ class EngineThread:
                 now = time.monotonic()
                 handle.deliver(TokenEvent(request_id, tag, [], "", now, True, FinishReason.ERROR, None, str(exc)))
 
+        self._adding += 1  # only an estimate for num_waiting: += from several threads may race
         self._commands.put(add)
         return handle
 
@@ -124,10 +169,14 @@ class EngineThread:
 
         def run() -> None:
             if future.set_running_or_notify_cancel():
+                self._in_task = True
                 try:
                     future.set_result(fn(self.engine))
                 except Exception as exc:
                     future.set_exception(exc)
+                finally:
+                    self._in_task = False
+                    self._progress_at = time.monotonic()
 
         self._commands.put(run)
         return future
@@ -137,21 +186,64 @@ class EngineThread:
         # OpenMP thread counts are per thread and a new one starts from the runtime's default, not from
         # torch.set_num_threads: oneDNN's prepacked linears read it directly
         torch.set_num_threads(self._torch_threads)
+        try:
+            self._loop()
+        except BaseException as exc:  # the loop's own failure handling failed, or something fatal was raised
+            log.critical("the engine thread died", exc_info=True)
+            self._recover(f"{type(exc).__name__}: {exc}")
+            return
+        self._drain_commands(block=False)
+        self._abort_all()
+
+    def _loop(self) -> None:
         while not self._stopping.is_set():
             self._drain_commands(block=not self.engine.has_unfinished)
             if self._stopping.is_set():
                 break
             if not self.engine.has_unfinished:
+                self._progress_at = time.monotonic()
                 continue
+            steps = self.engine.step_count
             try:
                 events = self.engine.step()
             except Exception as exc:  # a bug outside the model call: fail everything, keep the thread
                 log.exception("engine step crashed")
                 events = self.engine.fail_all(f"engine error: {type(exc).__name__}: {exc}")
+            if events or self.engine.step_count != steps:
+                self._progress_at = time.monotonic()
             if events:
                 self._dispatch(events)
-        self._drain_commands(block=False)
-        self._abort_all()
+
+    def _recover(self, crash: str) -> None:
+        """In the dying thread: fail every open request, make the engine consistent, start a new thread."""
+        self.last_crash = crash
+        message = f"the engine thread failed ({crash}); this request was lost"
+        handles = dict(self._handles.drain())
+        tags = {request_id: request.tag for request_id, request in self.engine.requests.items()}
+        try:
+            self.engine.reset_requests()
+            reset = True
+        except Exception:
+            log.exception("the engine could not be reset; it stays down")
+            reset = False
+        now = time.monotonic()
+        events = [
+            TokenEvent(request_id, tags.get(request_id, ""), [], "", now, True, FinishReason.ERROR, None, message)
+            for request_id in dict.fromkeys([*handles, *tags])
+        ]
+        for event in events:
+            if event.request_id in handles:
+                handles[event.request_id].deliver(event)
+        self._notify(events)
+        if not reset or self._stopping.is_set() or self.restarts >= self.max_restarts:
+            log.error("the engine thread stays down (%d restarts so far)", self.restarts)
+            return
+        self.restarts += 1
+        log.warning("starting the engine thread again (restart %d of %d)", self.restarts, self.max_restarts)
+        self._progress_at = time.monotonic()
+        thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+        thread.start()
+        self._thread = thread  # only now: `alive` never reads a thread not yet started
 
     def _drain_commands(self, block: bool) -> None:
         try:
@@ -172,6 +264,9 @@ class EngineThread:
         for handle, handle_events in self._handles.route(events):
             for event in handle_events:
                 handle.deliver(event)
+        self._notify(events)
+
+    def _notify(self, events: list[TokenEvent]) -> None:
         for listener in list(self._listeners):
             try:
                 listener(events)

@@ -20,6 +20,25 @@ log = logging.getLogger(__name__)
 # spend a reply on whitespace)
 JSON_DEFAULTS = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 CACHE_SIZE = 256  # compiled grammars kept, by their spec
+# An integer without bounds lets a small model write digits until max_tokens (seen on the embedded model at
+# temperature 0.7: `[20181227201865, 2018122720310122...`). Unbounded integers get JSON's interoperable range
+# (RFC 8259 section 6; JavaScript's safe integers, what a browser or Node client reads exactly): at most 16 digits.
+# (llguidance cannot build int64's full range as a regex.)
+SAFE_INTEGERS = (-(2**53) + 1, 2**53 - 1)
+_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+
+
+def bounded_integers(schema: object) -> object:
+    """The schema with JSON's safe-integer bounds on every integer that has none (others untouched)."""
+    if isinstance(schema, list):
+        return [bounded_integers(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {key: bounded_integers(value) for key, value in schema.items()}
+    kind = schema.get("type")
+    if (kind == "integer" or (isinstance(kind, list) and "integer" in kind)) and not any(b in schema for b in _BOUNDS):
+        out["minimum"], out["maximum"] = SAFE_INTEGERS
+    return out
 
 
 def _grammar(structured: StructuredOutput) -> str:
@@ -27,7 +46,7 @@ def _grammar(structured: StructuredOutput) -> str:
     if kind == "json_object":
         return llg.LLMatcher.grammar_from_json_schema('{"type": "object"}', defaults=JSON_DEFAULTS)
     if kind == "json_schema":
-        return llg.LLMatcher.grammar_from_json_schema(spec, defaults=JSON_DEFAULTS)
+        return llg.LLMatcher.grammar_from_json_schema(bounded_integers(json.loads(spec)), defaults=JSON_DEFAULTS)
     if kind == "regex":
         return llg.LLMatcher.grammar_from_regex(spec)
     if kind == "choice":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import asdict
 
@@ -10,6 +11,8 @@ from engine.core.metrics import MetricsRecorder, TokenRecord
 from engine.core.request import Request
 from engine.core.scheduler import Scheduler
 from engine.types import FinishReason, TokenEvent, TokenLogprob
+
+log = logging.getLogger(__name__)
 
 
 class OutputProcessor:
@@ -47,19 +50,27 @@ class OutputProcessor:
             kept: list[int] = []
             text = ""
             reason = None
-            for index, token in enumerate(new):
-                previous = request.token_times[-1] if request.token_times else request.arrival_time
-                request.output_ids.append(token)
-                request.token_times.append(now)
-                count = len(request.output_ids) - 1
-                records.append(TokenRecord(request.request_id, request.tag, now, count, now - previous, index > 0))
-                kept.append(token)
-                text += detok.add(token)
-                if request.matcher is not None:
-                    request.matcher.consume(token)
-                reason = self._stop_reason(request, token, detok)
-                if reason is not None:
-                    break
+            try:
+                for index, token in enumerate(new):
+                    previous = request.token_times[-1] if request.token_times else request.arrival_time
+                    request.output_ids.append(token)
+                    request.token_times.append(now)
+                    count = len(request.output_ids) - 1
+                    records.append(TokenRecord(request.request_id, request.tag, now, count, now - previous, index > 0))
+                    kept.append(token)
+                    text += detok.add(token)
+                    if request.matcher is not None:
+                        request.matcher.consume(token)
+                    reason = self._stop_reason(request, token, detok)
+                    if reason is not None:
+                        break
+            except Exception as exc:  # one request's text cannot be made: fail it, not its step-mates
+                log.exception("detokenizing request %s failed", request.request_id)
+                error = f"the engine could not turn this reply's tokens into text: {type(exc).__name__}: {exc}"
+                events.append(self.finish(request, FinishReason.ERROR, now, token_ids=kept, error=error))
+                continue
+            if lps is not None:
+                lps = lps[: len(kept)]  # the tokens after a stop were dropped
             if reason is None:
                 events.append(TokenEvent(request.request_id, request.tag, kept, text, now, logprobs=lps))
             else:

@@ -32,6 +32,12 @@ class EventRouter(Generic[Receiver]):
         with self._lock:
             return self._routes.get(request_id)
 
+    def drain(self) -> list[tuple[str, Receiver]]:
+        """Take every route out at once (the engine thread died: each receiver gets a failure instead)."""
+        with self._lock:
+            routes, self._routes = list(self._routes.items()), {}
+        return routes
+
     def __len__(self) -> int:
         return len(self._routes)
 

@@ -93,7 +93,7 @@ def pack(chunks: list[ScheduledChunk], cache: PagedKVCache) -> PackedBatch:
     )
     sampling = [c for c in ordered if c.samples]
     return PackedBatch(
-        greedy_only=all(_plain_greedy(c.request.params) for c in sampling),
+        greedy_only=bool(sampling) and all(_plain_greedy(c.request.params) for c in sampling),
         input_ids=torch.tensor(input_ids, dtype=torch.long, device=device),
         positions=torch.tensor(positions, dtype=torch.long, device=device),
         keep=torch.tensor(keep, dtype=torch.long, device=device),

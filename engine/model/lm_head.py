@@ -30,7 +30,7 @@ class LMHead:
                 self.fast = fast
 
     def greedy(self, hidden: torch.Tensor) -> torch.Tensor:
-        if self.fast is None:
+        if self.fast is None or not hidden.shape[0]:
             return self.exact(hidden)
         logits = self.fast(hidden)
         top = torch.topk(logits, CANDIDATES, dim=-1).indices  # [rows, K]

@@ -29,7 +29,7 @@ from engine.remote.stream import (
     status_message,
     transport_message,
 )
-from engine.remote.urls import normalize_base_url, server_root
+from engine.remote.urls import cleartext_warning, normalize_base_url, server_root
 from engine.types import EventListener, FinishReason, SamplingParams, TokenEvent, new_request_id, validate_messages
 
 log = logging.getLogger(__name__)
@@ -59,6 +59,9 @@ class RemoteClient:
         self.base_url = normalize_base_url(base_url)
         self.root_url = server_root(self.base_url)
         self.name = name or urlsplit(self.base_url).netloc
+        warning = cleartext_warning(self.base_url) if api_key else None
+        if warning:
+            log.warning("endpoint %s: %s", self.name, warning)
         self.model = model
         self.connect_timeout_s = connect_timeout_s
         self.read_timeout_s = read_timeout_s

@@ -13,26 +13,34 @@ from dataclasses import replace
 
 from fastapi import Request
 from fastapi.responses import StreamingResponse
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, ProcessCollector
 from starlette.background import BackgroundTask
 
 from engine.core.engine_thread import EngineThread
-from engine.errors import InvalidRequestError, PromptTooLongError
+from engine.core.tools import parse_calls
+from engine.errors import EngineStoppedError, InvalidRequestError, PromptTooLongError
 from engine.handle import RequestHandle
 from engine.serve.event_bridge import AsyncEventBridge
+from engine.serve.limits import ServeLimits
 from engine.serve.openai_protocol import (
     ApiError,
     GenerationRequest,
     bad_request,
 )
 from engine.serve.prometheus import EngineCollector, LiveState, live_state_of
-from engine.serve.responses import ResponseWriter, usage
-from engine.types import FinishReason, TokenEvent
+from engine.serve.responses import TOOL_CALLS, ResponseWriter, usage
+from engine.serve.tool_stream import ToolCallStream
+from engine.types import FinishReason, SamplingParams, TokenEvent, TokenLogprob
 
 log = logging.getLogger(__name__)
 
 API_TAG = "api"  # the tag API requests carry in the engine (shown in the dashboard's page map)
 DISCONNECT_POLL_S = 0.5
+
+
+def _tool_reason(reason: FinishReason | None) -> FinishReason | str | None:
+    """A reply that called tools ends with "tool_calls" where it ended by itself (at the call's end)."""
+    return TOOL_CALLS if reason is FinishReason.STOP else reason
 
 
 def _sse(obj: dict | str) -> str:
@@ -42,10 +50,14 @@ def _sse(obj: dict | str) -> str:
 class ApiServer:
     """The routes' shared state: the engine thread, the name clients call the model by, the optional key."""
 
-    def __init__(self, worker: EngineThread, model_name: str, api_key: str | None = None) -> None:
+    def __init__(
+        self, worker: EngineThread, model_name: str, api_key: str | None = None, limits: ServeLimits | None = None
+    ) -> None:
         self.worker = worker
         self.model_name = model_name
         self._api_key = api_key.encode() if api_key else None
+        self.limits = limits or ServeLimits()
+        self._admitting = 0  # requests between the queue check and their handle (tokenizing)
         self.context_length: int = worker.engine.context_length
         self.created = int(time.time())
         self.bridge: AsyncEventBridge | None = None
@@ -53,6 +65,7 @@ class ApiServer:
         self.registry = CollectorRegistry()
         runtime = worker.engine.runtime_record()
         self.registry.register(EngineCollector(worker.metrics, model_name, live=self._live_state, runtime=runtime))
+        ProcessCollector(registry=self.registry)  # process_resident_memory_bytes & co, as vLLM exposes them
 
     def _live_state(self) -> LiveState | None:
         if not self.worker.alive:
@@ -85,36 +98,90 @@ class ApiServer:
             )
 
     def check_alive(self) -> None:
-        if not self.worker.alive or self.bridge is None:
-            raise ApiError(503, "the engine is not running", type="server_error")
+        problem = self.worker.health() if self.bridge is not None else "the server is stopping"
+        if problem is not None:
+            raise ApiError(503, f"the engine is not available: {problem}", type="server_error")
+
+    def check_queue(self) -> None:
+        """429 when too many API requests wait for their first token (the window's chats queue without limit)."""
+        waiting = self._admitting + sum(1 for h in list(self.active.values()) if not h.token_ids and not h.done)
+        limit = self.limits.max_waiting
+        if waiting >= limit:
+            retry = self.limits.retry_after_s
+            raise ApiError(
+                429,
+                f"the server is busy: {waiting} requests are waiting (at most {limit}); retry in {retry} s",
+                type="rate_limit_error",
+                code="queue_full",
+                headers={"Retry-After": str(retry)},
+            )
+
+    def params_for(self, gen: GenerationRequest, prompt_tokens: int) -> SamplingParams:
+        """The request's sampling parameters, its token limit checked against what the context leaves (as vLLM
+        does: a 400 rather than a reply silently cut at the context's end)."""
+        context = self.context_length
+        room = context - prompt_tokens
+        if prompt_tokens >= context:
+            return gen.params  # the engine refuses the prompt itself (context_length_exceeded)
+        if gen.params.min_tokens > room:
+            raise bad_request(
+                f"'min_tokens' is too large: {gen.params.min_tokens}; the context leaves {room} tokens for the reply",
+                "min_tokens",
+                code="context_length_exceeded",
+            )
+        param = gen.max_tokens_param
+        if param is None:
+            return replace(gen.params, max_tokens=context)  # until the context ends
+        wanted = gen.params.max_tokens
+        if wanted > room:
+            raise bad_request(
+                f"'{param}' is too large: {wanted}. This model's maximum context length is {context} tokens and "
+                f"your request has {prompt_tokens} input tokens ({wanted} > {context} - {prompt_tokens})",
+                param,
+                code="context_length_exceeded",
+            )
+        return gen.params
 
     # ---- generation -------------------------------------------------------------------------
+    def _submit_now(self, gen: GenerationRequest, request_id: str) -> RequestHandle:
+        """Tokenize, check the token limit, queue (in a worker thread: the chat template is CPU work)."""
+        structured = gen.params.structured
+        if structured is not None:
+            try:  # compiled (and cached) first, so that a bad schema is blamed on its field, not on the messages
+                self.worker.engine.grammars.matcher(structured)
+            except InvalidRequestError as exc:
+                exc.param = "tools" if gen.tools else "response_format"
+                raise
+        vocab = self.worker.engine.vocab_size
+        if any(not 0 <= token < vocab for token, _ in gen.params.logit_bias):
+            raise bad_request(f"'logit_bias' token ids must be in [0, {vocab})", "logit_bias")
+        ids = gen.prompt_ids
+        if ids is None:
+            ids = self.worker.engine.encode(
+                prompt=gen.prompt, messages=gen.messages, raw=gen.kind == "completion", tools=gen.tools
+            )
+        params = self.params_for(gen, len(ids))
+        return self.worker.submit(ids, params=params, tag=API_TAG, request_id=request_id)
+
     async def submit(self, gen: GenerationRequest, request_id: str) -> tuple[RequestHandle, asyncio.Queue]:
         assert self.bridge is not None
-        params = gen.params if gen.max_tokens_given else replace(gen.params, max_tokens=self.context_length)
+        self.check_queue()
         queue = self.bridge.register(request_id)
         param = "messages" if gen.kind == "chat" else "prompt"
+        self._admitting += 1
         try:
-            # tokenizing and the chat template are CPU work: keep them off the event loop
-            handle = await asyncio.to_thread(
-                self.worker.submit,
-                gen.prompt_ids,
-                prompt=gen.prompt,
-                messages=gen.messages,
-                raw=gen.kind == "completion",
-                params=params,
-                tag=API_TAG,
-                request_id=request_id,
-            )
-        except PromptTooLongError as exc:
+            handle = await asyncio.to_thread(self._submit_now, gen, request_id)
+        except BaseException as exc:
             self.bridge.unregister(request_id)
-            raise bad_request(str(exc), param, code="context_length_exceeded") from None
-        except InvalidRequestError as exc:
-            self.bridge.unregister(request_id)
-            raise bad_request(str(exc), param) from None
-        except BaseException:
-            self.bridge.unregister(request_id)
+            if isinstance(exc, PromptTooLongError):
+                raise bad_request(str(exc), param, code="context_length_exceeded") from None
+            if isinstance(exc, InvalidRequestError):
+                raise bad_request(str(exc), getattr(exc, "param", None) or param) from None
+            if isinstance(exc, EngineStoppedError):
+                raise ApiError(503, str(exc), type="server_error") from None
             raise
+        finally:
+            self._admitting -= 1
         self.active[request_id] = handle
         return handle, queue
 
@@ -157,11 +224,14 @@ class ApiServer:
 
         watcher = asyncio.create_task(cancel_when_client_leaves())
         parts: list[str] = []
+        logprobs: list[TokenLogprob] | None = [] if gen.params.logprobs is not None else None
         final: TokenEvent | None = None
         try:
             async with contextlib.aclosing(self.events(handle, queue)) as events:
                 async for event in events:
                     parts.append(event.text)
+                    if logprobs is not None and event.logprobs:
+                        logprobs += event.logprobs
                     final = event if event.finished else final
         finally:
             watcher.cancel()
@@ -169,7 +239,13 @@ class ApiServer:
         failure = self.failure(final)
         if failure is not None:
             raise failure
-        return writer.whole("".join(parts), final.finish_reason, self._usage(handle, final))
+        text, reason, calls = "".join(parts), final.finish_reason, None
+        if gen.tools:
+            text, found = parse_calls(text)
+            if found:
+                calls, reason = [call.openai() for call in found], _tool_reason(reason)
+        usage_ = self._usage(handle, final)
+        return writer.whole(text, reason, usage_, logprobs=logprobs, tool_calls=calls)
 
     async def stream(self, gen: GenerationRequest, writer: ResponseWriter) -> StreamingResponse:
         handle, queue = await self.submit(gen, writer.id)
@@ -199,17 +275,24 @@ class ApiServer:
             yield _sse(writer.chunk("", first=True, with_usage=with_usage))
         # aclosing: when the client disconnects, Starlette cancels this generator, and the engine request must
         # be cancelled with it (the bridge's stream does that in its finally)
+        calls = ToolCallStream() if gen.tools else None
         async with contextlib.aclosing(self.events(handle, queue)) as events:
             async for event in events:
-                if event.text:
-                    yield _sse(writer.chunk(event.text, with_usage=with_usage))
+                text, deltas = calls.feed(event.text) if calls is not None else (event.text, [])
+                if event.finished and calls is not None:
+                    text += calls.finish()
+                if text or deltas or event.logprobs:
+                    yield _sse(writer.chunk(text, with_usage=with_usage, logprobs=event.logprobs, tool_calls=deltas))
                 if not event.finished:
                     continue
                 failure = self.failure(event)
                 if failure is not None:
                     yield _sse(failure.body())
                     break
-                yield _sse(writer.chunk(None, event.finish_reason, with_usage=with_usage))
+                reason = event.finish_reason
+                if calls is not None and calls.called:
+                    reason = _tool_reason(reason)
+                yield _sse(writer.chunk(None, reason, with_usage=with_usage))
                 if with_usage:
                     yield _sse(writer.usage_chunk(self._usage(handle, event)))
         yield _sse("[DONE]")

@@ -8,6 +8,7 @@ import contextlib
 import json
 import logging
 import uuid
+from collections.abc import Sequence
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
@@ -17,6 +18,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from engine.core.engine_thread import EngineThread
 from engine.serve.api_server import ApiServer
 from engine.serve.event_bridge import AsyncEventBridge
+from engine.serve.guards import BodyLimit, HostGuard
+from engine.serve.limits import ServeLimits, json_depth_within
 from engine.serve.openai_protocol import (
     ApiError,
     GenerationRequest,
@@ -29,21 +32,27 @@ from engine.serve.responses import ResponseWriter
 log = logging.getLogger(__name__)
 
 
-async def _json_body(request: Request) -> object:
-    raw = await request.body()
+async def _json_body(request: Request, limits: ServeLimits) -> object:
+    raw = await request.body()  # BodyLimit stops it at the cap
+    too_deep = bad_request(f"the request body is nested too deeply (more than {limits.max_json_depth} levels)")
     try:
-        return json.loads(raw)
+        body = json.loads(raw)
     except json.JSONDecodeError as exc:
         where = f"line {exc.lineno} column {exc.colno}"
         raise bad_request(f"the request body is not valid JSON ({exc.msg} at {where})") from None
     except UnicodeDecodeError:
         raise bad_request("the request body is not UTF-8 text") from None
+    except RecursionError:  # the parser's own guard, far deeper than ours
+        raise too_deep from None
+    if not json_depth_within(body, limits.max_json_depth):
+        raise too_deep
+    return body
 
 
 def _answer_errors_in_openai_shape(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError) -> JSONResponse:
-        return JSONResponse(exc.body(), status_code=exc.status)
+        return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -58,9 +67,18 @@ def _answer_errors_in_openai_shape(app: FastAPI) -> None:
         return JSONResponse(error.body(), status_code=500)
 
 
-def create_app(worker: EngineThread, model_name: str, *, api_key: str | None = None) -> FastAPI:
-    """The FastAPI app for one engine thread. The thread must already be started; the app never stops it."""
-    server = ApiServer(worker, model_name, api_key)
+def create_app(
+    worker: EngineThread,
+    model_name: str,
+    *,
+    api_key: str | None = None,
+    limits: ServeLimits | None = None,
+    allowed_hosts: Sequence[str] | None = None,
+) -> FastAPI:
+    """The FastAPI app for one engine thread. The thread must already be started; the app never stops it.
+    allowed_hosts: the Host names answered (limits.allowed_hosts_for); None answers any."""
+    limits = limits or ServeLimits()
+    server = ApiServer(worker, model_name, api_key, limits)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -75,11 +93,16 @@ def create_app(worker: EngineThread, model_name: str, *, api_key: str | None = N
     app.state.api_server = server
     authorized = [Depends(server.check_key)]
     _answer_errors_in_openai_shape(app)
+    # the last added runs first: the Host check refuses before a byte of the body is read
+    app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes)
+    if allowed_hosts is not None:
+        app.add_middleware(HostGuard, allowed=allowed_hosts)
 
     @app.get("/health")
     async def health() -> Response:
-        if not worker.alive:
-            return JSONResponse({"status": "engine stopped"}, status_code=503)
+        problem = worker.health()  # stopped, or stuck: no progress for too long while requests wait
+        if problem is not None:
+            return JSONResponse({"status": "unhealthy", "reason": problem}, status_code=503)
         return JSONResponse({"status": "ok"})
 
     @app.get("/metrics")
@@ -100,17 +123,18 @@ def create_app(worker: EngineThread, model_name: str, *, api_key: str | None = N
     async def generate(request: Request, gen: GenerationRequest, id_prefix: str) -> Response:
         server.check_model(gen.model)
         server.check_alive()
-        writer = ResponseWriter(gen.kind, f"{id_prefix}-{uuid.uuid4().hex}", model_name)
+        writer = ResponseWriter(gen.kind, f"{id_prefix}-{uuid.uuid4().hex}", model_name, gen.tokens_as_ids)
         if gen.stream:
             return await server.stream(gen, writer)
         return JSONResponse(await server.whole(request, gen, writer))
 
     @app.post("/v1/chat/completions", dependencies=authorized)
     async def chat_completions(request: Request) -> Response:
-        return await generate(request, parse_chat_request(await _json_body(request)), "chatcmpl")
+        return await generate(request, parse_chat_request(await _json_body(request, limits), limits), "chatcmpl")
 
     @app.post("/v1/completions", dependencies=authorized)
     async def completions(request: Request) -> Response:
-        return await generate(request, parse_completion_request(await _json_body(request)), "cmpl")
+        body = await _json_body(request, limits)
+        return await generate(request, parse_completion_request(body, limits), "cmpl")
 
     return app

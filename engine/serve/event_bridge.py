@@ -65,8 +65,9 @@ class AsyncEventBridge:
                 try:
                     event = await asyncio.wait_for(queue.get(), timeout=poll_s)
                 except TimeoutError:
-                    # A request that failed while being added reports only on its handle, not to listeners.
-                    if handle.done and queue.empty() and handle.final is not None:
+                    # A request that failed while being added reports only on its handle, not to listeners; one
+                    # whose engine died or is stuck is failed by the handle's watchdog (check()): no endless loop.
+                    if handle.check() and queue.empty() and handle.final is not None:
                         event = handle.final
                     else:
                         continue

@@ -4,7 +4,7 @@ vLLM's structured_outputs and guided_* extras), tools and tool_choice, logprobs,
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from engine.core.tools import call_grammar, check_tools
 from engine.errors import InvalidRequestError
@@ -23,7 +23,7 @@ class Features:
     tools: list[dict] | None = None  # shown to the model; None: no tools (or tool_choice "none")
     tool_choice: str = "auto"  # auto, required, or a function's name
     parallel_tool_calls: bool = False
-    errors: list[tuple[str, str]] = field(default_factory=list)
+    tokens_as_ids: bool = False  # vLLM's return_tokens_as_token_ids: logprobs name tokens "token_id:N"
 
 
 def _bad(message: str, param: str) -> InvalidRequestError:
@@ -154,6 +154,7 @@ def parse_features(body: dict, chat: bool) -> Features:
         logprobs=_logprobs(body, chat),
         logit_bias=_logit_bias(body.get("logit_bias")),
         stop_token_ids=_stop_token_ids(body.get("stop_token_ids")),
+        tokens_as_ids=body.get("return_tokens_as_token_ids") is True,
     )
     structured = [s for s in (_response_format(body.get("response_format")), _vllm_structured(body)) if s]
     if len(structured) > 1:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from engine.core.engine_thread import EngineThread
 from engine.serve.app import create_app
 from engine.serve.http_server import HttpServer
+from engine.serve.limits import allowed_hosts_for
 
 
 class LocalApiServer:
@@ -21,7 +22,7 @@ class LocalApiServer:
     ) -> None:
         self.worker = worker
         self.model_name = model_name
-        self.app = create_app(worker, model_name, api_key=api_key)
+        self.app = create_app(worker, model_name, api_key=api_key, allowed_hosts=allowed_hosts_for(host))
         self.http = HttpServer(self.app, host, port)  # binds now: a taken port raises ServeError here
 
     @property

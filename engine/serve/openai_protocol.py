@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from engine.errors import InvalidRequestError
-from engine.types import SamplingParams, validate_messages
+from engine.serve.features import parse_features
+from engine.serve.limits import ServeLimits
+from engine.types import SEED_MAX, SEED_MIN, SamplingParams, validate_messages
+
+DEFAULT_LIMITS = ServeLimits()
+#: top_k at or above the vocabulary means "off"; beyond this it is a client bug, not a choice
+TOP_K_MAX = 2**31 - 1
+REPETITION_PENALTY_MAX = 100.0
 
 
 class ApiError(Exception):
@@ -21,6 +28,7 @@ class ApiError(Exception):
         type: str = "invalid_request_error",
         param: str | None = None,
         code: str | None = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
@@ -28,6 +36,7 @@ class ApiError(Exception):
         self.type = type
         self.param = param
         self.code = code
+        self.headers = headers
 
     def body(self) -> dict:
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
@@ -47,21 +56,21 @@ class GenerationRequest:
     prompt: str | None = None
     prompt_ids: list[int] | None = None
     params: SamplingParams = field(default_factory=SamplingParams)
-    #: False when the client gave no max tokens: the server then lets the reply run to the end of the context
-    max_tokens_given: bool = False
+    #: the field that set max tokens ("max_tokens" or "max_completion_tokens"); None when the client gave none: the
+    #: server then lets the reply run to the end of the context
+    max_tokens_param: str | None = None
     stream: bool = False
     include_usage: bool = False
+    #: tools shown to the model (None: none, or tool_choice "none"); the reply's calls are parsed out of its text
+    tools: list[dict] | None = None
+    tokens_as_ids: bool = False  # logprobs name tokens "token_id:N" (vLLM's return_tokens_as_token_ids)
 
 
 # Fields we do not implement: refused with a clear message rather than silently ignored, when set to
 # anything but their "off" value.
 _UNSUPPORTED: dict[str, tuple[object, ...]] = {
-    "logprobs": (None, False, 0),
-    "top_logprobs": (None, 0),
-    "tools": (None, []),
     "functions": (None, []),
-    "tool_choice": (None, "none", "auto"),
-    "logit_bias": (None, {}),
+    "function_call": (None, "none", "auto"),
     "presence_penalty": (None, 0, 0.0),
     "frequency_penalty": (None, 0, 0.0),
     "echo": (None, False),
@@ -71,6 +80,8 @@ _UNSUPPORTED: dict[str, tuple[object, ...]] = {
 _HINTS = {
     "presence_penalty": "; use repetition_penalty instead",
     "frequency_penalty": "; use repetition_penalty instead",
+    "functions": "; use 'tools' instead (the deprecated 'functions' is not supported)",
+    "function_call": "; use 'tool_choice' instead",
 }
 
 
@@ -94,7 +105,7 @@ def _check_range(name: str, value: float, low: float, high: float, *, low_open: 
         raise bad_request(f"'{name}' must be in {bracket}{low:g}, {high:g}], not {value!r}", name)
 
 
-def _stop_strings(body: dict) -> tuple[str, ...]:
+def _stop_strings(body: dict, limits: ServeLimits) -> tuple[str, ...]:
     stop = body.get("stop")
     if stop is None:
         return ()
@@ -102,8 +113,12 @@ def _stop_strings(body: dict) -> tuple[str, ...]:
         stop = [stop]
     if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
         raise bad_request("'stop' must be a string or a list of strings", "stop")
+    if len(stop) > limits.max_stop:
+        raise bad_request(f"'stop' takes at most {limits.max_stop} strings, not {len(stop)}", "stop")
     if any(not s for s in stop):
         raise bad_request("'stop' strings must not be empty", "stop")
+    if any(len(s) > limits.max_stop_chars for s in stop):
+        raise bad_request(f"'stop' strings must be at most {limits.max_stop_chars} characters long", "stop")
     return tuple(stop)
 
 
@@ -111,11 +126,6 @@ def _refuse_unsupported(body: dict) -> None:
     for name, off_values in _UNSUPPORTED.items():
         if name in body and body[name] not in off_values:
             raise bad_request(f"'{name}' is not supported by this server{_HINTS.get(name, '')}", name)
-    response_format = body.get("response_format")
-    if response_format not in (None, {}) and (
-        not isinstance(response_format, dict) or response_format.get("type") != "text"
-    ):
-        raise bad_request("only the 'text' response_format is supported by this server", "response_format")
 
 
 def _streaming(body: dict) -> tuple[bool, bool]:
@@ -135,18 +145,27 @@ def _streaming(body: dict) -> tuple[bool, bool]:
     return stream, bool(stream_options.get("include_usage", False))
 
 
-def _max_tokens(body: dict) -> int | None:
-    max_tokens = None
+def _max_tokens(body: dict) -> tuple[int | None, str | None]:
+    """The reply's token limit and the field that set it (max_completion_tokens wins, as in OpenAI's API)."""
+    max_tokens, param = None, None
     for name in ("max_completion_tokens", "max_tokens"):
         value = _number(body, name, integer=True)
         if value is not None:
             if value < 1:
                 raise bad_request(f"'{name}' must be at least 1, not {value}", name)
-            max_tokens = value if max_tokens is None else max_tokens
-    return max_tokens
+            if max_tokens is None:
+                max_tokens, param = value, name
+    return max_tokens, param
 
 
-def _sampling_params(body: dict, max_tokens: int | None) -> SamplingParams:
+def _seed(body: dict) -> int | None:
+    seed = _number(body, "seed", integer=True)
+    if seed is not None and not SEED_MIN <= seed <= SEED_MAX:
+        raise bad_request(f"'seed' must be an integer from {SEED_MIN} to {SEED_MAX}", "seed")
+    return seed
+
+
+def _sampling_params(body: dict, max_tokens: int | None, limits: ServeLimits) -> SamplingParams:
     temperature = _number(body, "temperature", default=1.0)
     _check_range("temperature", temperature, 0.0, 2.0)
     top_p = _number(body, "top_p", default=1.0)
@@ -155,10 +174,15 @@ def _sampling_params(body: dict, max_tokens: int | None) -> SamplingParams:
     top_k = _number(body, "top_k", integer=True, default=0)
     if top_k == -1:  # vLLM's spelling of "off"
         top_k = 0
+    _check_range("top_k", top_k, 0, TOP_K_MAX)
+    repetition_penalty = _number(body, "repetition_penalty", default=1.0)
+    _check_range("repetition_penalty", repetition_penalty, 0.0, REPETITION_PENALTY_MAX, low_open=True)
     ignore_eos = body.get("ignore_eos", False)
     if not isinstance(ignore_eos, bool):
         raise bad_request("'ignore_eos' must be true or false", "ignore_eos")
     min_tokens = _number(body, "min_tokens", integer=True, default=0)  # vLLM's: EOS is banned until then
+    if min_tokens < 0 or (max_tokens is not None and min_tokens > max_tokens):
+        raise bad_request(f"'min_tokens' must be between 0 and max_tokens, not {min_tokens}", "min_tokens")
     params = SamplingParams(
         max_tokens=max_tokens or max(1, min_tokens),
         min_tokens=min_tokens,
@@ -166,9 +190,9 @@ def _sampling_params(body: dict, max_tokens: int | None) -> SamplingParams:
         top_p=float(top_p),
         top_k=top_k,
         min_p=float(_number(body, "min_p", default=0.0)),
-        repetition_penalty=float(_number(body, "repetition_penalty", default=1.0)),
-        seed=_number(body, "seed", integer=True),
-        stop=_stop_strings(body),
+        repetition_penalty=float(repetition_penalty),
+        seed=_seed(body),
+        stop=_stop_strings(body, limits),
         ignore_eos=ignore_eos,
     )
     try:
@@ -178,7 +202,7 @@ def _sampling_params(body: dict, max_tokens: int | None) -> SamplingParams:
     return params
 
 
-def _common(body: object, kind: str) -> GenerationRequest:
+def _common(body: object, kind: str, limits: ServeLimits) -> GenerationRequest:
     if not isinstance(body, dict):
         raise bad_request("the request body must be a JSON object")
     model = body.get("model")
@@ -189,31 +213,55 @@ def _common(body: object, kind: str) -> GenerationRequest:
     if n != 1:
         raise bad_request(f"'n' must be 1: this server generates one choice per request, not {n}", "n")
     stream, include_usage = _streaming(body)
-    max_tokens = _max_tokens(body)
+    max_tokens, max_tokens_param = _max_tokens(body)
+    try:
+        features = parse_features(body, chat=kind == "chat")
+    except InvalidRequestError as exc:
+        raise bad_request(str(exc), getattr(exc, "param", None)) from None
+    params = replace(
+        _sampling_params(body, max_tokens, limits),
+        structured=features.structured,
+        logprobs=features.logprobs,
+        logit_bias=features.logit_bias,
+        stop_token_ids=features.stop_token_ids,
+    )
     return GenerationRequest(
         kind=kind,
         model=model,
-        params=_sampling_params(body, max_tokens),
-        max_tokens_given=max_tokens is not None,
+        params=params,
+        max_tokens_param=max_tokens_param,
         stream=stream,
         include_usage=include_usage,
+        tools=features.tools,
+        tokens_as_ids=features.tokens_as_ids,
     )
 
 
-def parse_chat_request(body: object) -> GenerationRequest:
-    request = _common(body, "chat")
+def _check_prompt_size(chars: int, limits: ServeLimits, param: str) -> None:
+    if chars > limits.max_prompt_chars:
+        raise bad_request(
+            f"the {param} hold {chars} characters; this server accepts at most {limits.max_prompt_chars}", param
+        )
+
+
+def parse_chat_request(body: object, limits: ServeLimits = DEFAULT_LIMITS) -> GenerationRequest:
+    request = _common(body, "chat", limits)
     assert isinstance(body, dict)
     if "messages" not in body:
         raise bad_request("'messages' is required: a list of {role, content} objects", "messages")
+    messages = body["messages"]
+    if isinstance(messages, list) and len(messages) > limits.max_messages:
+        raise bad_request(f"at most {limits.max_messages} messages are accepted, not {len(messages)}", "messages")
     try:
-        request.messages = validate_messages(body["messages"])
+        request.messages = validate_messages(messages)
     except InvalidRequestError as exc:
         raise bad_request(str(exc), "messages") from None
+    _check_prompt_size(sum(len(m["content"]) for m in request.messages), limits, "messages")
     return request
 
 
-def parse_completion_request(body: object) -> GenerationRequest:
-    request = _common(body, "completion")
+def parse_completion_request(body: object, limits: ServeLimits = DEFAULT_LIMITS) -> GenerationRequest:
+    request = _common(body, "completion", limits)
     assert isinstance(body, dict)
     prompt = body.get("prompt")
     # the OpenAI API also takes a batch of prompts; one prompt per request here, like n = 1
@@ -222,6 +270,7 @@ def parse_completion_request(body: object) -> GenerationRequest:
     if isinstance(prompt, str):
         if not prompt:
             raise bad_request("'prompt' must not be empty", "prompt")
+        _check_prompt_size(len(prompt), limits, "prompt")
         request.prompt = prompt
     elif isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
         request.prompt_ids = list(prompt)

@@ -22,6 +22,11 @@ STAT_FIELDS = (
 )
 
 
+#: what a reply saved while it streamed says once reopened, if the studio stopped before the reply finished (the
+#: reply's row keeps no finish reason until it ends; its final save replaces this)
+INTERRUPTED = "Interrupted: the studio stopped before this reply was finished."
+
+
 @dataclass
 class ChatMessage:
     role: str

@@ -23,6 +23,8 @@ from widgets.background import BackgroundCall
 
 # (base URL, API key or None) -> the endpoint's model ids; slow (network), called off the UI thread
 ModelLister = Callable[[str, str | None], list[str]]
+# base URL as typed -> a warning about it (an API key would travel in clear text), or None
+UrlWarning = Callable[[str], str | None]
 
 
 @dataclass(frozen=True)
@@ -34,12 +36,19 @@ class EndpointValues:
 
 
 class EndpointDialog(QDialog):
-    def __init__(self, list_models: ModelLister, taken_names: set[str] = frozenset(), parent: QWidget | None = None):
+    def __init__(
+        self,
+        list_models: ModelLister,
+        taken_names: set[str] = frozenset(),
+        parent: QWidget | None = None,
+        url_warning: UrlWarning = lambda _url: None,
+    ):
         super().__init__(parent)
         self.setWindowTitle("Add a remote endpoint")
         self.setObjectName("endpointDialog")
         self._list_models = list_models
         self._taken = set(taken_names)
+        self._url_warning = url_warning
         self._lister = BackgroundCall(self)
         self._lister.succeeded.connect(self._on_models)
         self._lister.failed.connect(self._on_failed)
@@ -62,9 +71,14 @@ class EndpointDialog(QDialog):
         self.state = QLabel("Enter the base URL, then list its models.")
         self.state.setWordWrap(True)
         self.state.setObjectName("hint")
+        self.url_warning = QLabel()
+        self.url_warning.setObjectName("inlineError")
+        self.url_warning.setWordWrap(True)
+        self.url_warning.hide()
         form = QFormLayout()
         form.addRow("Name", self.name)
         form.addRow("Base URL", self.base_url)
+        form.addRow("", self.url_warning)
         form.addRow("API key", self.api_key)
         self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Save | QDialogButtonBox.StandardButton.Cancel)
         self.buttons.accepted.connect(self.accept)
@@ -78,8 +92,14 @@ class EndpointDialog(QDialog):
         layout.addWidget(self.buttons)
         self.name.textChanged.connect(lambda _text: self._update_ok())
         self.base_url.textEdited.connect(lambda _text: self._clear_models())
+        self.base_url.textChanged.connect(lambda _text: self._show_url_warning())
         self.resize(520, 0)
         self._update_ok()
+
+    def _show_url_warning(self) -> None:
+        warning = self._url_warning(self.base_url.text().strip())
+        self.url_warning.setText(warning or "")
+        self.url_warning.setVisible(bool(warning))
 
     def fetch_models(self) -> None:
         url = self.base_url.text().strip()

@@ -38,6 +38,7 @@ class ServerDialog(QDialog):
         self.setWindowTitle("API server")
         self.setObjectName("serverDialog")
         self.keys = keys
+        self.key_changed = False  # a new key was saved: a running server must restart to require it
         intro = QLabel(
             "Serves the loaded model over the OpenAI API on this machine (127.0.0.1), sharing the engine with "
             "the open chats; /metrics speaks vLLM's names."
@@ -93,5 +94,6 @@ class ServerDialog(QDialog):
             except StudioError as exc:  # a locked or missing keyring: say so, keep the dialog open
                 self._show_state(str(exc))
                 return
-            self.key.clear()
+            self.key_changed = True
+            self.key.clear()  # the key lives in the keyring only, not in this widget
         super().accept()

@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
 
 from tests.app.conftest import settings, wait_idle
+from widgets.chat.data import INTERRUPTED, format_stats
 
 
 def test_tabs_messages_and_settings_reopen_after_a_restart(qtbot, make_window) -> None:
@@ -34,19 +42,74 @@ def test_tabs_messages_and_settings_reopen_after_a_restart(qtbot, make_window) -
     assert reopened.tabs.controllers[1].panel.sampling.system_prompt.toPlainText() == "You are terse."
 
 
-def test_a_killed_reply_loses_nothing_finished(qtbot, make_window, ignore_eos) -> None:
-    """Closing the window mid-reply stops it cleanly: the partial text is stored, the engine thread ends."""
+def test_quitting_mid_reply_keeps_its_text_and_statistics_like_esc(qtbot, make_window, ignore_eos) -> None:
+    """Closing the window (Ctrl+Q) mid-reply stops it as Esc does: the text and the statistics line are stored."""
     window = make_window()
-    chat = window.tabs.current
-    chat.set_settings(settings(max_tokens=1900))
-    chat.send("hello")
-    qtbot.waitUntil(lambda: len(chat.messages[-1].content) > 3, timeout=30_000)
+    stopped, quit_ = window.tabs.current, window.tabs.new_chat(settings(max_tokens=1900))
+    stopped.set_settings(settings(max_tokens=1900))
+    stopped.send("hello")
+    quit_.send("hello")
+    qtbot.waitUntil(lambda: len(stopped.messages[-1].content) > 3 and len(quit_.messages[-1].content) > 3,
+                    timeout=30_000)  # fmt: skip
+    stopped.stop()  # Esc
+    wait_idle(qtbot, stopped)
     thread = window.bridge.thread
     window.close()
     assert not thread.alive
-    stored = window.store.load_chat(chat.chat_id).messages
-    assert stored[0].content == "hello"
-    assert stored[1].finish_reason == "abort" and stored[1].content == chat.messages[-1].content
+    esc, quitted = (window.store.load_chat(c.chat_id).messages for c in (stopped, quit_))
+    assert quitted[0].content == "hello"
+    assert quitted[1].finish_reason == "abort" and quitted[1].content == quit_.messages[-1].content
+    assert quitted[1].error is None  # ended, not interrupted
+    assert esc[1].stats is not None and quitted[1].stats is not None
+    assert set(quitted[1].stats) == set(esc[1].stats) and quitted[1].stats["output_tokens"] > 0
+    assert format_stats(quitted[1]).endswith("stopped") and "tokens" in format_stats(quitted[1])
+
+
+def test_a_studio_killed_mid_reply_keeps_the_partial_reply_marked_interrupted(
+    qtbot, make_window, studio_home, tiny_model_dir, tmp_path
+) -> None:
+    """kill -9 of a real studio process while a reply streams; the store, reopened, holds the reply so far."""
+    env = {**os.environ, "INFERENCE_STUDIO_HOME": str(studio_home), "QT_QPA_PLATFORM": "offscreen",
+           "OMP_NUM_THREADS": "1"}  # fmt: skip
+    log = (tmp_path / "driver.log").open("wb")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.app.chat.studio_driver", str(tiny_model_dir), "1900"],
+        env=env, stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        database = studio_home / "data" / "chats.sqlite3"
+        saves: list[str] = []
+        deadline = time.monotonic() + 120
+        while len(set(saves)) < 2:  # two saves of the growing reply: saved while it streams, not only at its end
+            assert process.poll() is None, (tmp_path / "driver.log").read_text()
+            assert time.monotonic() < deadline, "no partial reply was saved"
+            saves += [row[0] for row in _assistant_rows(database) if row[0]]
+            time.sleep(0.2)
+        os.kill(process.pid, signal.SIGKILL)
+        assert process.wait(30) == -signal.SIGKILL
+    finally:
+        if process.poll() is None:
+            process.kill()
+        log.close()
+    content, finish_reason, error = _assistant_rows(database)[-1]
+    assert content.startswith(saves[-1]) and finish_reason is None and error == INTERRUPTED
+    window = make_window(load=False)  # the same data folder: the studio restarted
+    reply = window.tabs.current.messages[-1]
+    assert reply.content == content and reply.error == INTERRUPTED
+    view = window.tabs.current.panel.transcript.views[-1]
+    assert view.error_label.isVisibleTo(view) and "Interrupted" in view.error_label.text()
+
+
+def _assistant_rows(database) -> list[tuple]:
+    if not database.exists():
+        return []
+    with contextlib.closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=5)) as db:
+        try:
+            return db.execute(
+                "SELECT content, finish_reason, error FROM messages WHERE role = 'assistant' ORDER BY id"
+            ).fetchall()
+        except sqlite3.OperationalError:  # the studio has not made its tables yet
+            return []
 
 
 def test_export_markdown_and_json_then_import_the_json(qtbot, make_window, tmp_path) -> None:

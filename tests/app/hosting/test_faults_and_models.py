@@ -149,3 +149,33 @@ def test_the_status_bar_shows_the_model_pages_and_requests(qtbot, make_window, i
     wait_idle(qtbot, chat)
     window.refresh_status()
     assert window.status.requests.text() == "running 0 · waiting 0" and window.status.pages.value() == 0
+
+
+class _Fatal(BaseException):
+    """Escapes every `except Exception`: the engine thread dies of it."""
+
+
+def test_an_engine_thread_that_dies_is_started_again_and_the_window_says_so(qtbot, make_window, ignore_eos) -> None:
+    window = make_window()
+    chat = window.tabs.current
+    chat.set_settings(settings(max_tokens=500))
+    thread = window.bridge.thread
+    steps = {"count": 0}
+
+    def die(_scheduled) -> None:
+        steps["count"] += 1
+        if steps["count"] == 4:
+            thread.engine.fault_injector = None
+            raise _Fatal("simulated fatal fault")
+
+    thread.call(lambda engine: setattr(engine, "fault_injector", die)).result(timeout=10)
+    chat.send("hello")
+    wait_idle(qtbot, chat)
+    failed = chat.messages[-1]
+    assert failed.finish_reason == "error" and "simulated fatal fault" in failed.error
+    qtbot.waitUntil(lambda: window.notice.isVisible() and "started again" in window.notice.text, timeout=10_000)
+    assert thread.alive and thread.restarts == 1 and window.bridge.thread is thread
+    chat.set_settings(settings(max_tokens=4))
+    chat.send("hello again")
+    wait_idle(qtbot, chat)
+    assert chat.messages[-1].finish_reason == "length" and chat.messages[-1].error is None

@@ -92,3 +92,46 @@ def test_logit_bias_moves_the_choice(make_engine) -> None:
     banned = engine.add_request([5, 6, 7], SamplingParams(max_tokens=1, logit_bias=((plain.output_ids[0], -100.0),)))
     run_to_completion(engine)
     assert biased.output_ids == [favourite] and banned.output_ids != plain.output_ids
+
+
+def test_unbounded_integers_get_the_safe_integer_range_and_bounded_ones_keep_theirs() -> None:
+    from engine.core.grammar import SAFE_INTEGERS, bounded_integers
+
+    properties = {
+        "free": {"type": "integer"},
+        "nullable": {"type": ["integer", "null"]},
+        "small": {"type": "integer", "minimum": 0},
+        "items": {"type": "array", "items": {"type": "integer"}},
+        "text": {"type": "string"},
+    }
+    schema = {"type": "object", "properties": properties}
+    bounded = bounded_integers(schema)["properties"]
+    low, high = SAFE_INTEGERS
+    assert (bounded["free"]["minimum"], bounded["free"]["maximum"]) == (low, high) == (-(2**53) + 1, 2**53 - 1)
+    assert bounded["nullable"]["maximum"] == high and bounded["items"]["items"]["minimum"] == low
+    assert bounded["small"] == {"type": "integer", "minimum": 0} and bounded["text"] == {"type": "string"}
+    assert schema["properties"]["free"] == {"type": "integer"}  # the caller's schema is not changed
+
+
+def test_free_requests_are_unchanged_token_for_token_beside_constrained_biased_and_logprob_ones(make_engine) -> None:
+    """The batch with grammar, bias and logprob requests, then the same batch with free requests in their places
+    (same prompts, same lengths, so every step has the same shape): the free requests write the same tokens."""
+    prompts = [[5, 6, 7, 8], [9, 10, 11], [12, 13, 14, 15, 16], [17, 18]]
+    special = [
+        SamplingParams(max_tokens=30, structured=StructuredOutput("json_schema", json.dumps(SCHEMA))),
+        SamplingParams(max_tokens=12, logit_bias=((20, 50.0), (21, -100.0))),
+        SamplingParams(max_tokens=12, logprobs=5, temperature=0.9, seed=4),
+    ]
+    free = SamplingParams(max_tokens=16, ignore_eos=True)
+
+    def run(others: list[SamplingParams]) -> tuple[list[list[int]], list[int]]:
+        engine = make_engine(prefix_caching=False, speculative=False)
+        requests = [engine.add_request(p, s) for p, s in zip(prompts, [free, *others], strict=True)]
+        run_to_completion(engine)
+        return [r.output_ids for r in requests], [len(r.output_ids) for r in requests[1:]]
+
+    mixed, lengths = run(special)
+    same_shapes = [SamplingParams(max_tokens=n, min_tokens=n) for n in lengths]
+    reference, reference_lengths = run(same_shapes)
+    assert reference_lengths == lengths and mixed[0] == reference[0]
+    assert mixed[2][0] == 20  # the bias did act

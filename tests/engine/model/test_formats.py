@@ -125,3 +125,6 @@ def test_the_greedy_lm_head_picks_what_the_float32_head_picks() -> None:
     assert torch.equal(exact.argmax(-1), greedy.argmax(-1))
     top = exact.topk(3).indices  # the leaders are exact (near the 8th, bfloat16 may pick another candidate)
     assert torch.allclose(greedy.gather(-1, top), exact.gather(-1, top), atol=1e-5)
+    # a step whose rows all prefill a long prompt's first chunks samples nothing: no rows, no logits (was a crash)
+    with torch.inference_mode():
+        assert head.greedy(hidden[:0]).shape == (0, 1000)
