@@ -60,14 +60,18 @@ class Matcher:
     def __init__(self, matcher: llg.LLMatcher, vocab_size: int) -> None:
         self._matcher = matcher
         self._vocab_size = vocab_size
+        self._allowed: torch.Tensor | None = None  # this position's mask (the LM head and the sampler both read it)
 
     def allowed(self) -> torch.Tensor:
         """A bool mask over the vocabulary of the tokens the grammar allows next (EOS where it may end)."""
-        bits = np.frombuffer(self._matcher.compute_bitmask(), dtype=np.uint8)
-        mask = np.unpackbits(bits, bitorder="little")[: self._vocab_size].astype(bool)
-        return torch.from_numpy(mask)
+        if self._allowed is None:
+            bits = np.frombuffer(self._matcher.compute_bitmask(), dtype=np.uint8)
+            mask = np.unpackbits(bits, bitorder="little")[: self._vocab_size].astype(bool)
+            self._allowed = torch.from_numpy(mask)
+        return self._allowed
 
     def consume(self, token: int) -> None:
+        self._allowed = None
         if not self._matcher.consume_token(token):
             # the mask allowed it, so this is a grammar engine bug or a token the mask could not see: say so
             raise RuntimeError(f"the grammar refused token {token}: {self._matcher.get_error()}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -103,8 +104,21 @@ def pack(chunks: list[ScheduledChunk], cache: PagedKVCache) -> PackedBatch:
 
 
 def _plain_greedy(params) -> bool:
-    """Takes the likeliest token of logits nothing changes but a ban of end tokens (which only removes candidates)."""
+    """Takes the likeliest token of logits nothing changes but a ban of end tokens (which only removes candidates)
+    and a grammar's mask (applied to the LM head's logits before it picks its candidates: grammar_masks())."""
     return (
-        params.greedy and params.repetition_penalty == 1.0 and not params.logit_bias and params.structured is None
-        and params.logprobs is None
+        params.greedy and params.repetition_penalty == 1.0 and not params.logit_bias and params.logprobs is None
     )  # fmt: skip
+
+
+def grammar_masks(sampling: Sequence[ScheduledChunk], vocab: int) -> torch.Tensor | None:
+    """The tokens each sampled row may take [rows, vocab] (rows: a chunk's one, or 1 + its draft's), or None when
+    no request of the step has a grammar."""
+    if not any(c.request.matcher is not None for c in sampling):
+        return None
+    rows = []
+    for chunk in sampling:
+        matcher = chunk.request.matcher
+        mask = matcher.allowed() if matcher is not None else torch.ones(vocab, dtype=torch.bool)
+        rows.extend([mask] * (1 + len(chunk.draft)))
+    return torch.stack(rows)

@@ -189,9 +189,11 @@ class FastForward:
         positions: torch.Tensor,
         keep: torch.Tensor,
         greedy_only: bool = False,
+        allowed: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """greedy_only: every sampled row only takes the likeliest token (no penalty, bias, grammar, logprobs), so
-        the LM head may compute the logits of the leading candidates exactly and the others approximately."""
+        """greedy_only: every sampled row only takes the likeliest token (no penalty, bias, logprobs), so the LM head
+        may compute the logits of the leading candidates exactly and the others approximately; allowed [rows, vocab]:
+        the tokens grammars allow (the candidates are the leading allowed ones)."""
         n = input_ids.shape[0]
         hidden = self.embed(input_ids)
         cos, sin = self.rotary(hidden.unsqueeze(0), positions.unsqueeze(0))
@@ -220,7 +222,7 @@ class FastForward:
             gate, up = gate_up(x).split(self.intermediate, dim=-1)
             hidden = hidden + down(F.silu(gate) * up)
         hidden = F.rms_norm(hidden.index_select(0, keep), norm_shape, self.final_norm, eps)
-        return self.lm_head.greedy(hidden) if greedy_only else self.lm_head.exact(hidden)
+        return self.lm_head.greedy(hidden, allowed) if greedy_only else self.lm_head.exact(hidden)
 
 
 _ATTR = "_studio_fast_forward"

@@ -29,13 +29,20 @@ class LMHead:
             if formats.measure(passes, buckets=(1,), key=key).format_for(1) == formats.BFLOAT16:
                 self.fast = fast
 
-    def greedy(self, hidden: torch.Tensor) -> torch.Tensor:
+    def greedy(self, hidden: torch.Tensor, allowed: torch.Tensor | None = None) -> torch.Tensor:
+        """allowed [rows, vocab]: only these tokens may be picked (a grammar's mask); the others get -inf, before the
+        candidates are chosen, so the likeliest allowed token is among the exact ones."""
         if self.fast is None or not hidden.shape[0]:
-            return self.exact(hidden)
+            logits = self.exact(hidden)
+            return logits if allowed is None else logits.masked_fill_(~allowed, float("-inf"))
         logits = self.fast(hidden)
+        if allowed is not None:
+            logits.masked_fill_(~allowed, float("-inf"))
         top = torch.topk(logits, CANDIDATES, dim=-1).indices  # [rows, K]
         rows = self.weight.index_select(0, top.reshape(-1)).view(*top.shape, -1)  # [rows, K, hidden]
         exact = torch.bmm(rows, hidden.float().unsqueeze(-1)).squeeze(-1)
         if self.bias is not None:
             exact += self.bias[top]
-        return logits.scatter_(-1, top, exact)
+        logits = logits.scatter_(-1, top, exact)
+        # fewer allowed tokens than candidates: the disallowed ones among them got a value back
+        return logits if allowed is None else logits.masked_fill_(~allowed, float("-inf"))

@@ -13,7 +13,7 @@ from engine.core.scheduler import ScheduledChunk
 from engine.errors import UnsupportedOptionError
 from engine.model import attention, fast_forward, patches
 from engine.model.attention import PagedKVCache
-from engine.model.batch import pack
+from engine.model.batch import grammar_masks, pack
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +54,7 @@ class ModelRunner:
         prepare_model(model)
         self.model = model
         self.cache = cache
+        self.vocab_size = model.get_output_embeddings().weight.shape[0]
         self.fast = fast_forward.build(model, formats=formats) if optimize else None
         if self.fast is not None:
             self.kernels = list(self.fast.kinds)
@@ -70,7 +71,10 @@ class ModelRunner:
         started = time.perf_counter()
         weight_format = ""
         if self.fast is not None:
-            logits = self.fast(batch.context, batch.input_ids, batch.positions, batch.keep, batch.greedy_only).float()
+            allowed = grammar_masks(batch.sampling_chunks, self.vocab_size) if batch.greedy_only else None
+            logits = self.fast(
+                batch.context, batch.input_ids, batch.positions, batch.keep, batch.greedy_only, allowed
+            ).float()
             weight_format = self.fast.last_format
         else:
             with attention.step_context(batch.context):

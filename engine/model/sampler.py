@@ -60,20 +60,25 @@ def ban_end_tokens(
     return logits
 
 
-def apply_constraints(logits: torch.Tensor, requests: Sequence[Request]) -> torch.Tensor:
-    """Each row's logit bias, and its grammar's mask (tokens the grammar does not allow next get -inf)."""
-    rows = [i for i, r in enumerate(requests) if r.params.logit_bias or r.matcher is not None]
-    if not rows:
+@torch.inference_mode()  # the runner's logits are inference tensors: changed in place only in inference mode
+def apply_constraints(logits: torch.Tensor, requests: Sequence[Request], in_place: bool = False) -> torch.Tensor:
+    """Each row's logit bias, and its grammar's mask (tokens the grammar does not allow next get -inf). in_place:
+    the caller does not need the raw logits any more (no request of the step asked for logprobs), so no copy."""
+    biased = [i for i, r in enumerate(requests) if r.params.logit_bias]
+    grammar = [i for i, r in enumerate(requests) if r.matcher is not None]
+    if not biased and not grammar:
         return logits
-    logits = logits.clone()
-    for row in rows:
-        request = requests[row]
-        if request.params.logit_bias:
-            ids, values = zip(*request.params.logit_bias, strict=True)
-            index = torch.tensor(ids, dtype=torch.long, device=logits.device)
-            logits[row].index_add_(0, index, torch.tensor(values, dtype=logits.dtype, device=logits.device))
-        if request.matcher is not None:
-            logits[row].masked_fill_(~request.matcher.allowed().to(logits.device), float("-inf"))
+    if not in_place:
+        logits = logits.clone()
+    for row in biased:
+        ids, values = zip(*requests[row].params.logit_bias, strict=True)
+        index = torch.tensor(ids, dtype=torch.long, device=logits.device)
+        logits[row].index_add_(0, index, torch.tensor(values, dtype=logits.dtype, device=logits.device))
+    if grammar:
+        # one stacked mask and one fill for all constrained rows (a fill per row cost more than the grammar itself)
+        allowed = torch.stack([requests[row].matcher.allowed() for row in grammar]).to(logits.device)
+        rows = torch.tensor(grammar, dtype=torch.long, device=logits.device)
+        logits[rows] = logits[rows].masked_fill_(~allowed, float("-inf"))
     return logits
 
 
@@ -118,7 +123,8 @@ class Sampler:
         per_row = [r for r, d in zip(requests, drafts, strict=True) for _ in range(len(d) + 1)]
         made = [len(r.output_ids) + j for r, d in zip(requests, drafts, strict=True) for j in range(len(d) + 1)]
         logits = ban_end_tokens(logits, per_row, made, self.eos_ids)
-        logits = apply_constraints(logits, per_row)
+        # the raw logits are read again only for logprobs (token_logprobs), so otherwise they are changed in place
+        logits = apply_constraints(logits, per_row, in_place=not any(r.params.logprobs is not None for r in requests))
         if all(r.params.greedy and r.params.repetition_penalty == 1.0 for r in requests):
             targets = logits.argmax(dim=-1).tolist()
             return _verify_greedy(targets, drafts)

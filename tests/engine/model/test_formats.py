@@ -128,3 +128,25 @@ def test_the_greedy_lm_head_picks_what_the_float32_head_picks() -> None:
     # a step whose rows all prefill a long prompt's first chunks samples nothing: no rows, no logits (was a crash)
     with torch.inference_mode():
         assert head.greedy(hidden[:0]).shape == (0, 1000)
+
+
+def test_the_greedy_lm_head_picks_the_likeliest_allowed_token_when_a_grammar_masks_the_rest() -> None:
+    from engine.model.lm_head import LMHead
+
+    torch.manual_seed(1)
+    weight = torch.randn(1000, 64) * 0.1
+    head = LMHead(torch.nn.Linear(64, 1000, bias=False), weight, None, try_fast=False)
+    head.exact.weight.data.copy_(weight)
+    if formats.usable(BFLOAT16, torch.device("cpu")):
+        head.fast = formats.make_linear(weight, None, BFLOAT16)
+    hidden = torch.randn(8, 64)
+    allowed = torch.zeros(8, 1000, dtype=torch.bool)
+    allowed[:, 500:503] = True  # three tokens, far from the unmasked leaders: fewer than the exact candidates
+    allowed[0] = True  # a free row beside them
+    with torch.inference_mode():
+        exact = head.exact(hidden)
+        greedy = head.greedy(hidden, allowed)
+    expected = exact.masked_fill(~allowed, float("-inf"))
+    assert torch.equal(greedy.argmax(-1), expected.argmax(-1))
+    assert torch.isinf(greedy[1:, :500]).all() and torch.isfinite(greedy[1:, 500:503]).all()
+    assert torch.allclose(greedy[1:, 500:503], exact[1:, 500:503], atol=1e-5)  # the allowed ones are exact
