@@ -28,6 +28,7 @@ from widgets.chat.data import (
 )
 from widgets.chat.panel import ChatPanel
 from widgets.notice_bar import ERROR
+from widgets.tokens.data import entries_from_logprobs
 
 log = logging.getLogger(__name__)
 
@@ -213,12 +214,17 @@ class ChatController(QObject):
         message = self.messages[self._reply_index]
         final = None
         delta = []
+        logprobs = []
         for event in events:
             if event.request_id != self._reply.request_id:
                 continue
             delta.append(event.text)
+            if event.logprobs:  # only when the chat asked for them (its Token probabilities setting)
+                logprobs.extend(event.logprobs)
             if event.finished:
                 final = event
+        if logprobs:
+            self.panel.transcript.append_tokens(self._reply_index, entries_from_logprobs(logprobs))
         if delta:
             message.content += "".join(delta)
             self.panel.transcript.set_streaming_text(self._reply_index, message.content)

@@ -70,6 +70,9 @@ STYLE = """
 #placeholder {{ font-size: {large}pt; padding: 40px; }}
 #sectionTitle {{ font-weight: 600; color: {muted}; padding-top: 6px; }}
 #samplingPanel {{ background: {window}; }}
+#schemaEditor {{ font-family: "{mono}"; font-size: {small}pt; }}
+#schemaError {{ color: {error_fg}; font-size: {small}pt; }}
+#schemaOk {{ color: {muted}; font-size: {small}pt; }}
 #estimateBox QLabel[role="value"] {{ font-weight: 600; }}
 #fitsWarning {{ color: {error_fg}; }}
 #fitsOk {{ color: {muted}; }}

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import asdict, dataclass, field, fields, replace
 
-from engine.types import FinishReason, RequestStats, SamplingParams
+from engine.types import FinishReason, RequestStats, SamplingParams, StructuredOutput
 
 USER = "user"
 ASSISTANT = "assistant"
@@ -94,6 +95,47 @@ OVERFLOW_POLICIES = {
 }
 
 
+# what a chat's replies must be: any text, any JSON object, or JSON that follows a schema
+OUTPUT_TEXT = "text"
+OUTPUT_JSON = "json"
+OUTPUT_SCHEMA = "json_schema"
+OUTPUT_KINDS = {OUTPUT_TEXT: "Free text", OUTPUT_JSON: "JSON", OUTPUT_SCHEMA: "JSON schema"}
+#: top alternatives asked for each token while a chat shows token probabilities
+TOKEN_ALTERNATIVES = 5
+_SCHEMA_TYPES = ("object", "array", "string", "number", "integer", "boolean", "null")
+
+
+def schema_problem(text: str) -> str | None:
+    """Why a JSON schema typed by the user can't be used (one line), or None when it can: it must be well-formed JSON,
+    an object, and name only JSON's types. What the grammar compiler refuses beyond that, the engine says at submit."""
+    if not text.strip():
+        return 'Type a JSON schema, e.g. {"type": "object", "properties": {…}}'
+    try:
+        schema = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return f"Not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"
+    except RecursionError:
+        return "Not valid JSON: nested too deeply"
+    if not isinstance(schema, dict):
+        return f"A schema must be a JSON object {{…}}, not {_json_kind(schema)}"
+    kind = schema.get("type")
+    kinds = kind if isinstance(kind, list) else [kind] if kind is not None else []
+    for name in kinds:
+        if name not in _SCHEMA_TYPES:
+            return f"Unknown type {json.dumps(name)}: use one of {', '.join(_SCHEMA_TYPES)}"
+    return None
+
+
+def _json_kind(value: object) -> str:
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    return "a number"
+
+
 @dataclass(frozen=True)
 class ChatSettings:
     """What one chat sends with each request: its system prompt and sampling settings."""
@@ -106,10 +148,27 @@ class ChatSettings:
     seed: int | None = None
     repetition_penalty: float = 1.1
     overflow: str = OVERFLOW_STOP
+    output: str = OUTPUT_TEXT
+    #: the last valid schema the user typed (kept while the output is something else, so switching back restores it)
+    json_schema: str = ""
+    show_tokens: bool = False  # ask for each token's probability and its top alternatives
 
     def __post_init__(self) -> None:
         if self.overflow not in OVERFLOW_POLICIES:  # a newer studio's policy, or a hand-edited file
             object.__setattr__(self, "overflow", OVERFLOW_STOP)
+        if not isinstance(self.output, str) or self.output not in OUTPUT_KINDS:
+            object.__setattr__(self, "output", OUTPUT_TEXT)
+        if not isinstance(self.json_schema, str) or schema_problem(self.json_schema):
+            object.__setattr__(self, "json_schema", "")  # a hand-edited file: never send a bad schema
+        object.__setattr__(self, "show_tokens", bool(self.show_tokens))
+
+    def structured(self) -> StructuredOutput | None:
+        """The constraint replies are written under; a schema output with no valid schema yet writes free text."""
+        if self.output == OUTPUT_JSON:
+            return StructuredOutput("json_object")
+        if self.output == OUTPUT_SCHEMA and self.json_schema:
+            return StructuredOutput("json_schema", json.dumps(json.loads(self.json_schema), sort_keys=True))
+        return None
 
     def to_params(self) -> SamplingParams:
         return SamplingParams(
@@ -119,6 +178,8 @@ class ChatSettings:
             top_k=self.top_k,
             seed=self.seed,
             repetition_penalty=self.repetition_penalty,
+            structured=self.structured(),
+            logprobs=TOKEN_ALTERNATIVES if self.show_tokens else None,
         )
 
     def with_preset(self, name: str) -> ChatSettings:

@@ -1,14 +1,52 @@
-"""MessageView: one message of a transcript: role, Markdown body with code blocks, stats, inline error, actions."""
+"""MessageView: one message of a transcript: role, Markdown body with code blocks (a finished reply that is wholly
+JSON shows pretty-printed), stats, inline error, actions, and the reply token by token where probabilities came."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
+
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QGuiApplication
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QToolButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QTextEdit, QToolButton, QVBoxLayout, QWidget
 
 from widgets.chat.code_block import CodeBlockView
 from widgets.chat.data import USER, ChatMessage, format_stats
 from widgets.chat.markdown_blocks import Segment, split_markdown
+from widgets.tokens.data import TokenEntry
+from widgets.tokens.token_view import TokenView
+
+
+def pretty_json(text: str) -> str | None:
+    """A reply that is wholly one JSON object or array, indented two spaces; None for anything else."""
+    stripped = text.strip()
+    if not stripped or stripped[0] not in "[{":
+        return None
+    try:
+        value = json.loads(stripped)
+    except (ValueError, RecursionError):
+        return None
+    return json.dumps(value, indent=2, ensure_ascii=False) if isinstance(value, dict | list) else None
+
+
+class ReplyTokenView(TokenView):
+    """A TokenView inside a message: as tall as its text (the transcript scrolls, not the view)."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        self.setLineWrapMode(QTextEdit.LineWrapMode.WidgetWidth)
+        self.document().documentLayout().documentSizeChanged.connect(self._fit_height)
+
+    def _fit_height(self, *_args) -> None:
+        height = int(self.document().size().height()) + self.frameWidth() * 2 + 2
+        if self.height() != height:
+            self.setFixedHeight(height)
+
+    def wheelEvent(self, event) -> None:
+        event.ignore()  # the transcript scrolls
 
 
 def _prose_label() -> QLabel:
@@ -43,18 +81,25 @@ class MessageView(QFrame):
         self.copy_button = self._tool("Copy", "Copy the whole message as Markdown", self._copy)
         self.edit_button = self._tool("Edit", "Edit this message and resend the chat from here", self.edit_requested)
         self.regenerate_button = self._tool("Regenerate", "Generate this reply again", self.regenerate_requested)
+        self.tokens_button = self._tool(
+            "Tokens", "Show this reply token by token: hover a token for its probability and alternatives", None
+        )
+        self.tokens_button.setCheckable(True)
+        self.tokens_button.toggled.connect(self.show_tokens)
         header = QHBoxLayout()
         header.setContentsMargins(0, 0, 0, 0)
         header.addWidget(self._role)
         header.addWidget(self._status)
         header.addStretch(1)
-        for button in (self.copy_button, self.edit_button, self.regenerate_button):
+        for button in (self.tokens_button, self.copy_button, self.edit_button, self.regenerate_button):
             header.addWidget(button)
 
         self._body = QVBoxLayout()
         self._body.setContentsMargins(0, 0, 0, 0)
         self._body.setSpacing(6)
         self._blocks: list[tuple[str, QWidget]] = []
+        self._tokens: list[TokenEntry] = []  # this reply's tokens with probabilities, while the chat is open
+        self.token_view: ReplyTokenView | None = None  # made when first shown
         self.error_label = QLabel()
         self.error_label.setObjectName("inlineError")
         self.error_label.setWordWrap(True)
@@ -68,11 +113,15 @@ class MessageView(QFrame):
         layout.setSpacing(4)
         layout.addLayout(header)
         layout.addLayout(self._body)
+        self._token_slot = QVBoxLayout()
+        self._token_slot.setContentsMargins(0, 0, 0, 0)
+        layout.addLayout(self._token_slot)
         layout.addWidget(self.error_label)
         layout.addWidget(self.stats_label)
         # only now that the buttons have a parent: showing a parentless widget would open it as a window
         self.edit_button.setVisible(is_user)
         self.regenerate_button.setVisible(False)
+        self.tokens_button.setVisible(False)
         self.set_message(message)
 
     def _tool(self, text: str, tip: str, target) -> QToolButton:
@@ -80,7 +129,8 @@ class MessageView(QFrame):
         button.setText(text)
         button.setToolTip(tip)
         button.setAutoRaise(True)
-        button.clicked.connect(target)
+        if target is not None:
+            button.clicked.connect(target)
         return button
 
     # ---- content ----------------------------------------------------------------------------
@@ -97,7 +147,7 @@ class MessageView(QFrame):
     def set_content(self, text: str) -> None:
         """Update the body in place; only blocks whose text changed are touched, so streaming never flickers."""
         self._text = text
-        segments = [Segment("user", text)] if self.message.role == USER else split_markdown(text)
+        segments = self._segments(text)
         for index, segment in enumerate(segments):
             if index < len(self._blocks) and self._blocks[index][0] == segment.kind:
                 self._update_block(self._blocks[index][1], segment)
@@ -105,6 +155,15 @@ class MessageView(QFrame):
             self._truncate_blocks(index)
             self._add_block(segment)
         self._truncate_blocks(len(segments))
+
+    def _segments(self, text: str) -> list[Segment]:
+        if self.message.role == USER:
+            return [Segment("user", text)]
+        if self.message.finish_reason is not None:  # finished: a JSON reply reads better indented (not mid-stream)
+            pretty = pretty_json(text)
+            if pretty is not None:
+                return [Segment("code", pretty, "json")]
+        return split_markdown(text)
 
     def _add_block(self, segment: Segment) -> None:
         if segment.kind == "code":
@@ -116,6 +175,8 @@ class MessageView(QFrame):
             widget.setText(segment.text)
         self._blocks.append((segment.kind, widget))
         self._body.addWidget(widget)
+        if self.tokens_button.isChecked():
+            widget.setVisible(False)
 
     @staticmethod
     def _update_block(widget: QWidget, segment: Segment) -> None:
@@ -137,6 +198,34 @@ class MessageView(QFrame):
     @property
     def code_views(self) -> list[CodeBlockView]:
         return [w for _k, w in self._blocks if isinstance(w, CodeBlockView)]
+
+    # ---- tokens -----------------------------------------------------------------------------
+    @property
+    def tokens(self) -> list[TokenEntry]:
+        return list(self._tokens)
+
+    def append_tokens(self, entries: Sequence[TokenEntry]) -> None:
+        """More of this reply's tokens (as they stream); the Tokens button shows once there are any."""
+        if not entries:
+            return
+        self._tokens.extend(entries)
+        if self.token_view is not None:
+            self.token_view.append_entries(entries)
+        self.tokens_button.setVisible(True)
+
+    def show_tokens(self, shown: bool) -> None:
+        """Swap the body for the token view (or back)."""
+        if shown and self.token_view is None:
+            self.token_view = ReplyTokenView()
+            self.token_view.set_entries(self._tokens)
+            self._token_slot.addWidget(self.token_view)
+        if self.tokens_button.isChecked() != shown:
+            self.tokens_button.setChecked(shown)  # comes back here once, with nothing left to do
+            return
+        for _kind, widget in self._blocks:
+            widget.setVisible(not shown)
+        if self.token_view is not None:
+            self.token_view.setVisible(shown)
 
     # ---- state ------------------------------------------------------------------------------
     def set_status(self, text: str) -> None:

@@ -1,9 +1,13 @@
-"""SamplingPanel: a chat's system prompt and sampling settings, with the precise / balanced / creative presets."""
+"""SamplingPanel: a chat's system prompt and sampling settings, with the precise / balanced / creative presets, and
+what its replies must be (free text, JSON, JSON following a schema checked as it is typed) and whether they carry
+token probabilities."""
 
 from __future__ import annotations
 
 from PySide6.QtCore import QSignalBlocker, QTimer, Signal
+from PySide6.QtGui import QFontDatabase
 from PySide6.QtWidgets import (
+    QCheckBox,
     QComboBox,
     QDoubleSpinBox,
     QFormLayout,
@@ -14,7 +18,17 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from widgets.chat.data import OVERFLOW_POLICIES, OVERFLOW_STOP, PRESETS, ChatSettings
+from widgets.chat.data import (
+    OUTPUT_KINDS,
+    OUTPUT_SCHEMA,
+    OUTPUT_TEXT,
+    OVERFLOW_POLICIES,
+    OVERFLOW_STOP,
+    PRESETS,
+    TOKEN_ALTERNATIVES,
+    ChatSettings,
+    schema_problem,
+)
 
 CUSTOM = "custom"
 
@@ -62,6 +76,32 @@ class SamplingPanel(QWidget):
             "system prompt and the first exchange, drop whole turns after it); or a rolling window (keep the "
             "system prompt and the latest turns). The transcript marks what was left out."
         )
+        self.output = QComboBox()
+        for key, label in OUTPUT_KINDS.items():
+            self.output.addItem(label, key)
+        self.output.setToolTip(
+            "Free text: the model writes anything. JSON: every reply is one JSON object. JSON schema: every reply is "
+            "JSON that follows the schema below (the engine allows only tokens that keep it valid)."
+        )
+        self.schema_editor = QPlainTextEdit()
+        self.schema_editor.setObjectName("schemaEditor")
+        self.schema_editor.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
+        self.schema_editor.setPlaceholderText('{"type": "object",\n "properties": {"answer": {"type": "string"}},\n'
+                                              ' "required": ["answer"]}')  # fmt: skip
+        self.schema_editor.setTabChangesFocus(True)
+        self.schema_editor.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
+        self.schema_editor.setMinimumHeight(self.schema_editor.fontMetrics().lineSpacing() * 6 + 12)
+        self.schema_editor.setMaximumHeight(self.schema_editor.fontMetrics().lineSpacing() * 14 + 12)
+        self.schema_editor.setToolTip("A JSON schema; checked as you type. Only a valid one is used.")
+        self.schema_status = QLabel()
+        self.schema_status.setObjectName("schemaError")
+        self.schema_status.setWordWrap(True)
+        self._schema = ""  # the last valid schema: what replies follow while the editor holds a bad one
+        self.show_tokens = QCheckBox("Token probabilities")
+        self.show_tokens.setToolTip(
+            f"Ask for each token's probability and its {TOKEN_ALTERNATIVES} likeliest alternatives; a reply's Tokens "
+            "button then shows it token by token (hover a token). Kept while the chat is open, not stored."
+        )
 
         form = QFormLayout()
         form.addRow("Preset", self.preset)
@@ -87,6 +127,15 @@ class SamplingPanel(QWidget):
         overflow_form = QFormLayout()
         overflow_form.addRow("When full", self.overflow)
         layout.addLayout(overflow_form)
+        output = QLabel("Output")
+        output.setObjectName("sectionTitle")
+        layout.addWidget(output)
+        output_form = QFormLayout()
+        output_form.addRow("Replies", self.output)
+        layout.addLayout(output_form)
+        layout.addWidget(self.schema_editor)
+        layout.addWidget(self.schema_status)
+        layout.addWidget(self.show_tokens)
         layout.addStretch(1)
 
         # typing a system prompt should not write the store on every key press
@@ -99,7 +148,11 @@ class SamplingPanel(QWidget):
         for box in (self.top_k, self.max_tokens, self.seed):
             box.valueChanged.connect(self._on_value)
         self.overflow.currentIndexChanged.connect(self._on_value)
+        self.output.currentIndexChanged.connect(self._on_output)
+        self.schema_editor.textChanged.connect(self._on_schema_typed)
+        self.show_tokens.toggled.connect(self._on_value)
         self.set_settings(ChatSettings())
+        self._show_schema_state()
 
     def settings(self) -> ChatSettings:
         seed = self.seed.value()
@@ -112,11 +165,15 @@ class SamplingPanel(QWidget):
             seed=None if seed < 0 else seed,
             repetition_penalty=round(self.repetition_penalty.value(), 2),
             overflow=self.overflow.currentData() or OVERFLOW_STOP,
+            output=self.output.currentData() or OUTPUT_TEXT,
+            json_schema=self._schema,
+            show_tokens=self.show_tokens.isChecked(),
         )
 
     def set_settings(self, settings: ChatSettings) -> None:
         widgets = (self.preset, self.system_prompt, self.temperature, self.top_p, self.top_k, self.max_tokens)
-        blockers = [QSignalBlocker(w) for w in (*widgets, self.seed, self.repetition_penalty, self.overflow)]
+        others = (self.seed, self.repetition_penalty, self.overflow, self.output, self.schema_editor, self.show_tokens)
+        blockers = [QSignalBlocker(w) for w in (*widgets, *others)]
         if self.system_prompt.toPlainText() != settings.system_prompt:
             self.system_prompt.setPlainText(settings.system_prompt)
         values = (
@@ -133,8 +190,15 @@ class SamplingPanel(QWidget):
             if round(box.value(), 4) != round(value, 4):
                 box.setValue(value)
         self.overflow.setCurrentIndex(max(0, self.overflow.findData(settings.overflow)))
+        self.output.setCurrentIndex(max(0, self.output.findData(settings.output)))
+        if settings.json_schema != self._schema:
+            # another chat's or a stored schema; its own echo (the same schema) leaves a half-typed edit alone
+            self._schema = settings.json_schema
+            self.schema_editor.setPlainText(settings.json_schema)
+        self.show_tokens.setChecked(settings.show_tokens)
         self.preset.setCurrentText(settings.preset_name() or CUSTOM)
         del blockers
+        self._show_schema_state()
 
     def _apply_preset(self, name: str) -> None:
         if name in PRESETS:
@@ -145,6 +209,42 @@ class SamplingPanel(QWidget):
         with QSignalBlocker(self.preset):
             self.preset.setCurrentText(self.settings().preset_name() or CUSTOM)
         self._emit()
+
+    # ---- output -------------------------------------------------------------------------------
+    @property
+    def schema_error(self) -> str | None:
+        """What is wrong with the schema in the editor (shown under it), or None."""
+        return schema_problem(self.schema_editor.toPlainText())
+
+    def _on_output(self, *_args) -> None:
+        self._show_schema_state()
+        self._emit()
+
+    def _on_schema_typed(self) -> None:
+        text = self.schema_editor.toPlainText()
+        if schema_problem(text) is None and text != self._schema:
+            self._schema = text
+            self._prompt_timer.start()  # applied after a typing pause, as the system prompt is
+        self._show_schema_state()
+
+    def _show_schema_state(self) -> None:
+        wanted = self.output.currentData() == OUTPUT_SCHEMA
+        self.schema_editor.setVisible(wanted)
+        self.schema_status.setVisible(wanted)
+        if not wanted:
+            return
+        problem = self.schema_error
+        if problem is None:
+            text, name = "Valid schema: replies follow it.", "schemaOk"
+        elif self._schema:
+            text, name = f"{problem}. Replies follow the last valid schema.", "schemaError"
+        else:
+            text, name = f"{problem}. Replies are free text until the schema is valid.", "schemaError"
+        self.schema_status.setText(text)
+        if self.schema_status.objectName() != name:
+            self.schema_status.setObjectName(name)
+            self.schema_status.style().unpolish(self.schema_status)
+            self.schema_status.style().polish(self.schema_status)
 
     def _emit(self) -> None:
         self._prompt_timer.stop()

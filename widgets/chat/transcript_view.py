@@ -73,6 +73,10 @@ class TranscriptView(QScrollArea):
     def set_streaming_text(self, index: int, text: str) -> None:
         self._views[index].set_content(text)
 
+    def append_tokens(self, index: int, entries) -> None:
+        """A streaming reply's tokens with their probabilities (TokenEntry list), for its token view."""
+        self._views[index].append_tokens(entries)
+
     def set_status(self, index: int, text: str) -> None:
         self._views[index].set_status(text)
 

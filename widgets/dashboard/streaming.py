@@ -22,7 +22,9 @@ class StreamingPanel(Panel):
     explanation = (
         "Every token as it arrives: the time since the previous token of the same reply (inter-token latency), "
         "one colour per chat; a star marks each reply's first token at its time-to-first-token "
-        "(queueing + prefill). Right: how inter-token latencies are distributed."
+        "(queueing + prefill); a diamond marks a token that came as an accepted speculative draft (it arrived in "
+        "the same step as the token before it, so its latency is near zero). Right: how inter-token latencies "
+        "are distributed."
     )
 
     def build(self) -> None:
@@ -53,6 +55,10 @@ class StreamingPanel(Panel):
         self.ttft_markers = pg.ScatterPlotItem(size=13, symbol="star")
         self.ttft_markers.setZValue(10)
         self.latency_plot.addItem(self.ttft_markers)
+        # accepted drafts in one colour for every chat: the point is to see speculation working, not whose it is
+        self.draft_markers = pg.ScatterPlotItem(size=7, symbol="d")
+        self.draft_markers.setZValue(9)
+        self.latency_plot.addItem(self.draft_markers)
         self._brushes: dict[int, object] = {}
         self.histogram_curve = self.histogram_plot.plot(stepMode="center", fillLevel=0)
         self.data: dict[str, np.ndarray] = {}
@@ -67,6 +73,8 @@ class StreamingPanel(Panel):
         self.histogram_curve.setPen(pg.mkPen(self.theme.decode, width=1))
         self.histogram_curve.setBrush(pg.mkBrush(self.theme.decode + "90"))
         self.ttft_markers.setPen(pg.mkPen(self.theme.foreground, width=1))
+        self.draft_markers.setPen(pg.mkPen(self.theme.background, width=1))
+        self.draft_markers.setBrush(pg.mkBrush(self.theme.drafted))
 
     @property
     def selected_chat(self) -> str | None:
@@ -89,7 +97,7 @@ class StreamingPanel(Panel):
         selected = self.selected_chat
         codes = [c for c, name in enumerate(view.chats) if selected is None or (name or "(untagged)") == selected]
         self.itl_by_chat, self.ttft_by_chat = {}, {}
-        ttft_x, ttft_y, brushes, all_itl = [], [], [], []
+        ttft_x, ttft_y, brushes, all_itl, draft_x, draft_y = [], [], [], [], [], []
         for code, name in enumerate(view.chats):
             chat = chat_latencies(view, code) if code in codes else None
             if chat is not None and (len(chat.t) or len(chat.first_t)):
@@ -100,15 +108,28 @@ class StreamingPanel(Panel):
                 ttft_y.append(chat.ttft_s * 1e3)
                 brushes += [self._brushes[code]] * len(chat.first_t)
                 all_itl.append(chat.itl_s)
+                draft_x.append(chat.t[chat.drafted])
+                draft_y.append(chat.itl_s[chat.drafted] * 1e3)
             elif code in self.itl_curves:
                 self.itl_curves[code].setData([], [])
         xs = np.concatenate(ttft_x) if ttft_x else np.empty(0)
         ys = np.concatenate(ttft_y) if ttft_y else np.empty(0)
         self.ttft_markers.setData(x=xs, y=ys, brush=brushes)
+        draft_t = np.concatenate(draft_x) if draft_x else np.empty(0)
+        draft_ms = np.concatenate(draft_y) if draft_y else np.empty(0)
+        self.draft_markers.setData(x=draft_t, y=draft_ms)
         itl = np.concatenate(all_itl) if all_itl else np.empty(0)
         edges, counts = itl_histogram(itl)
         self.histogram_curve.setData(edges, counts)
-        self.data = {"itl_s": itl, "histogram_edges": edges, "histogram_counts": counts, "ttft_t": xs, "ttft_ms": ys}
+        self.data = {
+            "itl_s": itl,
+            "histogram_edges": edges,
+            "histogram_counts": counts,
+            "ttft_t": xs,
+            "ttft_ms": ys,
+            "drafted_t": draft_t,
+            "drafted_ms": draft_ms,
+        }
         set_window(self.latency_plot, view)
         # from zero, so a lone TTFT star does not zoom the axis into a sliver around its value
         top = max([float(ys.max()) if ys.size else 0.0, float(np.percentile(itl, 99.5)) * 1e3 if itl.size else 0.0])
@@ -118,4 +139,7 @@ class StreamingPanel(Panel):
             for c in codes
             if view.chats[c] in self.itl_by_chat
         ]
-        self.legend.setText(legend_html([*shown, (self.theme.foreground, "★", "first token (TTFT)")], self.theme.muted))
+        marks = [(self.theme.foreground, "★", "first token (TTFT)")]
+        if draft_t.size:  # said only where speculation is on and its drafts are being accepted
+            marks.append((self.theme.drafted, "◆", f"accepted draft ({draft_t.size} tokens)"))
+        self.legend.setText(legend_html([*shown, *marks], self.theme.muted))

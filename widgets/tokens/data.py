@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from difflib import SequenceMatcher
+
+from engine.types import TokenLogprob
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,19 @@ class TokenEntry:
     def unit(self) -> Hashable:
         """What a diff compares: the token ids where known, else the text."""
         return self.token_ids or self.text
+
+
+def entries_from_logprobs(logprobs: Iterable[TokenLogprob]) -> list[TokenEntry]:
+    """Token entries from a stream's per-token log probabilities (a TokenEvent's `logprobs`, local or remote)."""
+    return [
+        TokenEntry(
+            lp.text,
+            lp.logprob,
+            tuple(Alternative(alt.text, alt.logprob) for alt in lp.top),
+            (lp.token_id,) if lp.token_id >= 0 else (),
+        )
+        for lp in logprobs
+    ]
 
 
 _WORD = re.compile(r"\s*\S+|\s+")

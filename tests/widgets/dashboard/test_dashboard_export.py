@@ -40,6 +40,6 @@ def test_json_holds_the_same_records(history, tmp_path) -> None:
     assert len(document["steps"]) == 7 and len(document["tokens"]) == 8
     assert document["steps"][2]["admitted"] == ["req-b"]
     assert document["tokens"][-1] == {"t_s": pytest.approx(0.51), "request_id": "req-b", "chat": "beta", "index": 2,
-                                      "latency_s": pytest.approx(0.08)}  # fmt: skip
+                                      "latency_s": pytest.approx(0.08), "drafted": False}  # fmt: skip
     assert document["annotations"] == [{"t_s": pytest.approx(0.2), "text": "phase two"}]
     assert document["totals"]["preemptions"] == 1

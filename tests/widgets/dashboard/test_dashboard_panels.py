@@ -298,3 +298,38 @@ def test_a_panel_class_without_build_or_refresh_is_refused_when_defined() -> Non
 
         def refresh(self, view) -> None:
             pass
+
+
+def test_streaming_panel_marks_accepted_draft_tokens_apart(qtbot, clock) -> None:
+    """Speculative decoding: tokens that came as accepted drafts get their own series and legend entry."""
+    from dataclasses import replace
+
+    from engine.core.metrics import MetricsRecorder
+
+    recorder = MetricsRecorder()
+    recorder.record_step(step(1, T0, prefill=8, admitted=("req-s",)))
+    records = [token("req-s", "spec", T0 + 0.1, 0, 0.1)]
+    for i in range(1, 7):  # every other token came with the one before it: a draft accepted in the same step
+        drafted = i % 2 == 0
+        records.append(replace(token("req-s", "spec", T0 + 0.1 + 0.05 * i, i, 0.0005 if drafted else 0.05),
+                               drafted=drafted))  # fmt: skip
+    recorder.record_tokens(records)
+    widget = DashboardWidget(recorder.snapshot, MemoryInfo(), clock=clock, cpu_share=1.0)
+    widget.timer.stop()
+    qtbot.addWidget(widget)
+    widget.resize(1000, 900)
+    widget.show()
+    widget.tick()
+    panel = widget.panels["streaming"]
+    x, y = panel.draft_markers.getData()
+    assert x.tolist() == pytest.approx([-0.4, -0.3, -0.2])  # seconds before now (T0 + 0.6)
+    assert y.tolist() == pytest.approx([0.5, 0.5, 0.5])
+    assert panel.data["drafted_ms"].size == 3
+    assert "accepted draft (3 tokens)" in panel.legend.text()
+    assert curve_data(panel.itl_curves[0])[0].size == 6  # drafts stay on the chat's own line too
+
+
+def test_streaming_panel_names_no_drafts_without_speculation(dashboard) -> None:
+    panel = dashboard.panels["streaming"]
+    assert panel.draft_markers.getData()[0].size == 0
+    assert "accepted draft" not in panel.legend.text()

@@ -58,13 +58,15 @@ def token_rows(history: MetricsHistory) -> list[dict]:
             "chat": history.chats[int(chat)],
             "index": int(index),
             "latency_s": float(latency),
+            "drafted": bool(drafted),
         }
-        for time, latency, index, chat, request in zip(
+        for time, latency, index, chat, request, drafted in zip(
             t.column("time"),
             t.column("latency_s"),
             t.column("index"),
             t.column("chat"),
             t.column("request"),
+            t.column("drafted"),
             strict=True,
         )
     ]
@@ -81,7 +83,7 @@ def export_csv(history: MetricsHistory, path: str | Path) -> list[Path]:
     written = []
     for kind, rows, fields in (
         ("steps", step_rows(history), ["t_s", *STEP_COLUMNS, *EVENT_KINDS]),
-        ("tokens", token_rows(history), ["t_s", "request_id", "chat", "index", "latency_s"]),
+        ("tokens", token_rows(history), ["t_s", "request_id", "chat", "index", "latency_s", "drafted"]),
         ("requests", request_rows(history), list(REQUEST_COLUMNS)),
     ):
         target = path.with_name(f"{stem}-{kind}.csv")

@@ -31,7 +31,7 @@ STEP_COLUMNS = (
     "prefix_hit_tokens",
     "prefill_stall_s",
 )
-TOKEN_COLUMNS = ("time", "latency_s", "index", "chat", "request")
+TOKEN_COLUMNS = ("time", "latency_s", "index", "chat", "request", "drafted")  # drafted: 1.0 for an accepted draft
 EVENT_COLUMNS = ("time", "kind", "request")
 EVENT_KINDS = ("admitted", "finished", "preempted")
 
@@ -177,7 +177,7 @@ class MetricsHistory:
             self._set_origin(snapshot.tokens[0].time)
             self.tokens.extend(
                 [
-                    (t.time, t.latency_s, t.index, self.chat_code(t.tag), self._request_code(t.request_id))
+                    (t.time, t.latency_s, t.index, self.chat_code(t.tag), self._request_code(t.request_id), t.drafted)
                     for t in snapshot.tokens
                 ]
             )

@@ -70,6 +70,7 @@ class ChatLatencies:
     joined: np.ndarray  # joined[i]: point i and i + 1 belong to the same reply (a line between replies means nothing)
     first_t: np.ndarray
     ttft_s: np.ndarray
+    drafted: np.ndarray  # drafted[i]: later token i was an accepted speculative draft
 
 
 def chat_latencies(view: WindowView, chat: int) -> ChatLatencies:
@@ -79,7 +80,10 @@ def chat_latencies(view: WindowView, chat: int) -> ChatLatencies:
     later = mine & (tok["index"] > 0)
     requests = tok["request"][later]
     joined = np.append(requests[1:] == requests[:-1], False) if requests.size else np.empty(0, dtype=bool)
-    return ChatLatencies(tok["t"][later], tok["latency_s"][later], joined, tok["t"][first], tok["latency_s"][first])
+    drafted = tok["drafted"][later] > 0.5
+    return ChatLatencies(
+        tok["t"][later], tok["latency_s"][later], joined, tok["t"][first], tok["latency_s"][first], drafted
+    )
 
 
 def itl_histogram(latencies_s: np.ndarray, bins: int = 40) -> tuple[np.ndarray, np.ndarray]:

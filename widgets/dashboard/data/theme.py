@@ -40,6 +40,7 @@ class Theme:
     page_free: str  # page map cells
     page_cached: str
     page_gap: str
+    drafted: str  # accepted speculative draft tokens on the per-token chart
 
 
 LIGHT = Theme(
@@ -60,6 +61,7 @@ LIGHT = Theme(
     page_free="#eceff1",
     page_cached="#f3dfa2",
     page_gap="#ffffff",
+    drafted="#00897b",
 )
 
 DARK = Theme(
@@ -80,6 +82,7 @@ DARK = Theme(
     page_free="#2f3237",
     page_cached="#6b5a24",
     page_gap="#1e1f22",
+    drafted="#4dd0e1",
 )
 
 
