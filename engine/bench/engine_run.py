@@ -32,6 +32,8 @@ def exact_length(request: BenchRequest) -> SamplingParams:
 def run_engine(loaded, workload: Workload, config: EngineConfig, name: str = "engine", via: str = "thread"):
     """via "thread": an EngineThread, as the window, `serve` and `generate` run it; "main": step() here."""
     engine = Engine(loaded, config)
+    if any(r.json_schema is not None for r in workload.requests):
+        engine.grammars.warm()  # as `serve` does while it starts: not in the first request's time to first token
     if via == "main":
         timings, outputs, start = _step_here(engine, workload)
     elif via == "thread":

@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import threading
 
 import llguidance as llg
 import numpy as np
@@ -90,6 +91,9 @@ class Grammars:
         self._vocab_size = vocab_size
         self._eos = sorted(eos_ids)[:1] or [0]
         self._prototype = functools.lru_cache(maxsize=CACHE_SIZE)(self._compile)
+        # one compile at a time: sixteen requests with the same new schema (an agent's fan-out, the benchmark) wait
+        # for the first one's compile and then find it cached, instead of compiling it sixteen times at once
+        self._lock = threading.Lock()
 
     @functools.cached_property
     def _tokenizer(self) -> llg.LLTokenizer:
@@ -111,6 +115,13 @@ class Grammars:
             raise InvalidRequestError(f"invalid {structured.kind}: {matcher.get_error()}")
         return matcher
 
+    def warm(self) -> None:
+        """Build the grammar engine's tokenizer now (it is otherwise built by the first structured request)."""
+        with self._lock:
+            self._tokenizer  # noqa: B018 (a cached property: reading it builds it)
+
     def matcher(self, structured: StructuredOutput) -> Matcher:
         """A fresh matcher for one request; a grammar that cannot compile raises InvalidRequestError."""
-        return Matcher(self._prototype(structured).deep_copy(), self._vocab_size)
+        with self._lock:
+            prototype = self._prototype(structured)
+        return Matcher(prototype.deep_copy(), self._vocab_size)

@@ -83,6 +83,9 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
         server.bridge = AsyncEventBridge(worker, asyncio.get_running_loop())
+        # the grammar engine's view of the tokenizer takes ~0.3 s to build (embedded model): built while the server
+        # starts, not in the first structured request's time to first token
+        await asyncio.to_thread(worker.engine.grammars.warm)
         try:
             yield
         finally:

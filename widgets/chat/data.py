@@ -167,7 +167,7 @@ class ChatSettings:
         if self.output == OUTPUT_JSON:
             return StructuredOutput("json_object")
         if self.output == OUTPUT_SCHEMA and self.json_schema:
-            return StructuredOutput("json_schema", json.dumps(json.loads(self.json_schema), sort_keys=True))
+            return StructuredOutput("json_schema", json.dumps(json.loads(self.json_schema)))
         return None
 
     def to_params(self) -> SamplingParams:

@@ -20,6 +20,8 @@ def test_response_format_and_vllm_extras_become_structured_output() -> None:
         {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}}, True
     )
     assert parsed.structured.kind == "json_schema" and json.loads(parsed.structured.spec) == schema
+    # the properties keep the client's order: the model writes them in it, as OpenAI's API does (b before a)
+    assert list(json.loads(parsed.structured.spec)["properties"]) == ["b", "a"]
     assert parse_features({"response_format": {"type": "json_object"}}, True).structured.kind == "json_object"
     assert parse_features({"response_format": {"type": "text"}}, True).structured is None
     assert parse_features({"structured_outputs": {"regex": "[0-9]+"}}, True).structured.spec == "[0-9]+"

@@ -52,7 +52,7 @@ def test_settings_send_json_or_the_schema_and_old_settings_still_load() -> None:
     assert ChatSettings().to_params().structured is None and ChatSettings().to_params().logprobs is None
     assert ChatSettings(output=OUTPUT_JSON).to_params().structured == StructuredOutput("json_object")
     schema = ChatSettings(output=OUTPUT_SCHEMA, json_schema=json.dumps(SCHEMA, indent=4))
-    assert schema.to_params().structured == StructuredOutput("json_schema", json.dumps(SCHEMA, sort_keys=True))
+    assert schema.to_params().structured == StructuredOutput("json_schema", json.dumps(SCHEMA))
     assert ChatSettings(output=OUTPUT_SCHEMA).to_params().structured is None  # no schema yet: free text
     assert ChatSettings(show_tokens=True).to_params().logprobs == 5
     old = {"system_prompt": "x", "temperature": 0.2, "overflow": "stop"}  # a chat stored before these settings
@@ -79,7 +79,7 @@ def test_the_schema_editor_checks_as_the_user_types(qtbot) -> None:
     panel.schema_editor.setPlainText(json.dumps(SCHEMA))
     assert panel.schema_status.text().startswith("Valid schema") and panel.schema_status.objectName() == "schemaOk"
     qtbot.waitUntil(lambda: emitted[-1].json_schema == json.dumps(SCHEMA), timeout=2000)  # after the typing pause
-    expected = StructuredOutput("json_schema", json.dumps(SCHEMA, sort_keys=True))
+    expected = StructuredOutput("json_schema", json.dumps(SCHEMA))
     assert panel.settings().to_params().structured == expected
 
     panel.schema_editor.setPlainText('{"type": "dict"}')  # the last valid schema stays in force
