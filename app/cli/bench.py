@@ -136,7 +136,8 @@ def run(args: argparse.Namespace) -> int:
             )
             print(f"\nmedian of {result['repeat']} interleaved runs; tok/s of each run: {runs}")
         for row in result["systems"]:
-            if row["system"].startswith("engine") and not row.get("skipped") and row.get("steps"):
+            figures = row.get("steps") or row.get("draft_tokens")  # the server's own: its speculation counters
+            if row["system"].startswith("engine") and not row.get("skipped") and figures:
                 print("\n" + report.engine_details(row))
         for system, entry in result["ratios"].items():
             parts = ", ".join(f"{k} {v:.2f}" for k, v in entry.items())

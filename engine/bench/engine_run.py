@@ -116,5 +116,7 @@ def engine_figures(engine: Engine) -> dict:
         "prefill_step_time_share": prefill_time / busy if busy else 0,
         "overhead_share": sum(s.overhead_s for s in steps) / busy if busy else 0,
         "prefill_stall_max_s": max(stalls, default=0.0),
+        "draft_tokens": totals.draft_tokens,
+        "accepted_draft_tokens": totals.accepted_tokens,
         "runtime": engine.runtime_record(),
     }

@@ -73,6 +73,9 @@ def engine_details(row: dict) -> str:
         ("mean_batch", "mean batch", "{:.1f}"),
     ]
     parts = [f"{title} {fmt.format(row[key])}" for key, title, fmt in keys if row.get(key) is not None]
+    if row.get("draft_tokens"):
+        drafted, accepted = row["draft_tokens"], row.get("accepted_draft_tokens", 0)
+        parts.append(f"drafts accepted {accepted} of {drafted} ({accepted / drafted:.0%})")
     return f"{row['system']}: " + ", ".join(parts)
 
 

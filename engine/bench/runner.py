@@ -9,7 +9,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import httpx
 import torch
+from prometheus_client.parser import text_string_to_metric_families
 
 from engine.bench import baselines
 from engine.bench.engine_run import VIAS, run_engine
@@ -97,8 +99,20 @@ def _server_options(config: EngineConfig) -> list[str]:
 def _run_studio_server(plan: BenchPlan, config: EngineConfig, workload: Workload) -> SystemResult:
     with studio_server(plan.serve_command, _server_options(config), plan.threads) as server:
         result = run_through_server("engine-server", server.url, "bench", workload, studio_fields)
+        result.extra.update(speculation_counts(server.url))
     result.extra["via"] = "server"
     return result
+
+
+def speculation_counts(url: str) -> dict:
+    """The server's speculative-decoding counters (vLLM's names in its /metrics), for the report."""
+    names = {"vllm:spec_decode_num_draft_tokens": "draft_tokens",
+             "vllm:spec_decode_num_accepted_tokens": "accepted_draft_tokens"}  # fmt: skip
+    counts = dict.fromkeys(names.values(), 0)
+    for family in text_string_to_metric_families(httpx.get(f"{url}/metrics", timeout=30).text):
+        if family.name in names:
+            counts[names[family.name]] = int(sum(s.value for s in family.samples if s.name.endswith("_total")))
+    return counts
 
 
 def _run_llama_cpp_server(plan: BenchPlan, workload: Workload) -> SystemResult:

@@ -137,6 +137,9 @@ def test_the_server_path_drives_inference_studio_serve_with_a_streaming_client(t
     assert server["output_tokens"] == chat["output_tokens"] and server["ttft_p50_s"] > 0
     assert chat["same_tokens_as"]["engine-thread"] == 1.0  # the same replies, token for token (as text)
     assert llama["skipped"]  # not a GGUF model (and xllamacpp may be missing): said, not faked
+    # speculation's counters, from the server's /metrics and from the engine's own records
+    for row in (server, _thread):
+        assert 0 <= row["accepted_draft_tokens"] <= row["draft_tokens"]
 
 
 def test_a_chunked_stream_is_timed_per_chunk_and_counted_by_usage() -> None:
