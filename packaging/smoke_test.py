@@ -230,6 +230,17 @@ class SmokeTest:
             reply = json.load(urllib.request.urlopen(request, timeout=120))["choices"][0]["message"]["content"]
             if "Paris" not in reply:
                 raise Failure(f"the server's reply does not name Paris: {reply!r}")
+            # structured output: the bundled grammar engine (llguidance, a compiled extension) constrains the reply
+            schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20}},
+                      "required": ["city"], "additionalProperties": False}  # fmt: skip
+            body["response_format"] = {"type": "json_schema", "json_schema": {"name": "answer", "schema": schema}}
+            body["max_tokens"] = 32
+            request = urllib.request.Request(
+                f"{url}/chat/completions", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+            )
+            choice = json.load(urllib.request.urlopen(request, timeout=120))["choices"][0]
+            if choice["finish_reason"] != "stop" or list(json.loads(choice["message"]["content"])) != ["city"]:
+                raise Failure(f"the server's JSON-schema reply is not the schema's object: {choice!r}")
         except (OSError, ValueError, KeyError, IndexError) as exc:
             raise Failure(f"the server did not answer: {exc}") from None
         finally:
