@@ -5,7 +5,7 @@ token probabilities."""
 from __future__ import annotations
 
 from PySide6.QtCore import QSignalBlocker, QTimer, Signal
-from PySide6.QtGui import QFontDatabase
+from PySide6.QtGui import QFontDatabase, QTextOption
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -89,7 +89,9 @@ class SamplingPanel(QWidget):
         self.schema_editor.setPlaceholderText('{"type": "object",\n "properties": {"answer": {"type": "string"}},\n'
                                               ' "required": ["answer"]}')  # fmt: skip
         self.schema_editor.setTabChangesFocus(True)
-        self.schema_editor.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
+        # wrapped: a schema pasted as one line must stay readable in the narrow sidebar (seen in the real window)
+        self.schema_editor.setLineWrapMode(QPlainTextEdit.LineWrapMode.WidgetWidth)
+        self.schema_editor.setWordWrapMode(QTextOption.WrapMode.WrapAtWordBoundaryOrAnywhere)
         self.schema_editor.setMinimumHeight(self.schema_editor.fontMetrics().lineSpacing() * 6 + 12)
         self.schema_editor.setMaximumHeight(self.schema_editor.fontMetrics().lineSpacing() * 14 + 12)
         self.schema_editor.setToolTip("A JSON schema; checked as you type. Only a valid one is used.")
