@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 
 import httpx
 import torch
-from prometheus_client.parser import text_string_to_metric_families
 
 from engine.bench import baselines
 from engine.bench.engine_run import VIAS, run_engine
@@ -22,6 +21,7 @@ from engine.bench.servers import llama_cpp_available, llama_cpp_server, studio_s
 from engine.bench.workloads import WORKLOADS, Workload, build
 from engine.core.config import DEFAULT_KV_MEMORY, EngineConfig, step_tokens_for
 from engine.core.engine import Engine
+from engine.remote.metrics import parse_metrics
 from engine.types import SamplingParams
 
 BASELINES = ("sequential", "static", "generate-batch", "llama-cpp-server")
@@ -105,14 +105,10 @@ def _run_studio_server(plan: BenchPlan, config: EngineConfig, workload: Workload
 
 
 def speculation_counts(url: str) -> dict:
-    """The server's speculative-decoding counters (vLLM's names in its /metrics), for the report."""
-    names = {"vllm:spec_decode_num_draft_tokens": "draft_tokens",
-             "vllm:spec_decode_num_accepted_tokens": "accepted_draft_tokens"}  # fmt: skip
-    counts = dict.fromkeys(names.values(), 0)
-    for family in text_string_to_metric_families(httpx.get(f"{url}/metrics", timeout=30).text):
-        if family.name in names:
-            counts[names[family.name]] = int(sum(s.value for s in family.samples if s.name.endswith("_total")))
-    return counts
+    """The server's speculative-decoding counters, read from its /metrics as the Remote endpoint panel reads them."""
+    snapshot = parse_metrics(httpx.get(f"{url}/metrics", timeout=30).text)
+    drafted, accepted = snapshot.speculative_drafted_total, snapshot.speculative_accepted_total
+    return {"draft_tokens": int(drafted or 0), "accepted_draft_tokens": int(accepted or 0)}
 
 
 def _run_llama_cpp_server(plan: BenchPlan, workload: Workload) -> SystemResult:

@@ -87,13 +87,21 @@ def read_vllm(values: Samples, previous) -> dict:
         "prefix_cache_hit_rate": ratio(
             total(values, "vllm:prefix_cache_hits_total"), total(values, "vllm:prefix_cache_queries_total")
         ),
+        **_speculation(values, "vllm:"),
     }
+
+
+def _speculation(values: Samples, prefix: str) -> dict:
+    """Drafted and accepted tokens (vLLM's and llama.cpp's names match but for the prefix); counted even while
+    speculation is off (all zero), so reported as an offer only when it drafted something."""
+    drafted = total(values, f"{prefix}spec_decode_num_draft_tokens_total")
+    accepted = total(values, f"{prefix}spec_decode_num_accepted_tokens_total")
+    return {"speculative_accepted_total": accepted if drafted else None, "speculative_drafted_total": drafted or None}
 
 
 def read_llama_cpp(values: Samples, _previous) -> dict:
     """llama-server's /metrics (with --metrics): requests processing and deferred (queued for a free slot), token
     counters, speculative decoding; the KV usage gauge only in versions that still have it."""
-    drafted = total(values, "llamacpp:spec_decode_num_draft_tokens_total")
     return {
         "kv_cache_usage": mean(values, "llamacpp:kv_cache_usage_ratio"),
         "running": total(values, "llamacpp:requests_processing"),
@@ -101,11 +109,7 @@ def read_llama_cpp(values: Samples, _previous) -> dict:
         "prompt_tokens_total": total(values, "llamacpp:prompt_tokens_total"),
         "generation_tokens_total": total(values, "llamacpp:tokens_predicted_total"),
         "cached_prompt_tokens_total": total(values, "llamacpp:prompt_tokens_cached_total"),
-        # counted even while speculation is off (all zero): reported as an offer only when it drafted something
-        "speculative_accepted_total": total(values, "llamacpp:spec_decode_num_accepted_tokens_total")
-        if drafted
-        else None,
-        "speculative_drafted_total": drafted or None,
+        **_speculation(values, "llamacpp:"),
         "busy_slots_per_decode": mean(values, "llamacpp:n_busy_slots_per_decode"),
     }
 

@@ -70,6 +70,13 @@ def test_vllm_still_reads_as_before() -> None:
     snapshot = parse_metrics(VLLM_TEXT, model="llama")
     assert snapshot.server == "vLLM" and snapshot.lacks == ()
     assert snapshot.message.startswith("vLLM metrics: KV-cache usage, running requests, waiting requests")
+    drafting = VLLM_TEXT + (
+        'vllm:spec_decode_num_draft_tokens_total{model_name="llama"} 96.0\n'
+        'vllm:spec_decode_num_accepted_tokens_total{model_name="llama"} 46.0\n'
+    )  # vLLM's (and the studio's) speculation counters, as the benchmark reads them from `serve`
+    snapshot = parse_metrics(drafting, model="llama")
+    assert (snapshot.speculative_drafted_total, snapshot.speculative_accepted_total) == (96, 46)
+    assert "speculative decoding" in snapshot.offers
 
 
 def test_context_lengths_where_servers_say_them() -> None:
