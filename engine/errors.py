@@ -22,7 +22,12 @@ class HubError(StudioError):
 
 
 class InvalidRequestError(StudioError):
-    """A generation request with impossible values (empty prompt, bad sampling settings)."""
+    """A generation request with impossible values (empty prompt, bad sampling settings). `param` names the part of
+    the request at fault where one is ("logit_bias", "structured", or an API field), so the API can blame it."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
 
 
 class PromptTooLongError(InvalidRequestError):

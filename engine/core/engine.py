@@ -163,7 +163,7 @@ class Engine:
                 f"the prompt has {len(prompt_ids)} tokens but the model's context is {self.context_length}; shorten it"
             )
         if any(not 0 <= t < self.vocab_size for t, _ in params.logit_bias):
-            raise InvalidRequestError(f"logit bias token ids must be in [0, {self.vocab_size})")
+            raise InvalidRequestError(f"logit bias token ids must be in [0, {self.vocab_size})", param="logit_bias")
         if params.structured is not None:
             self.grammars.matcher(params.structured)  # compiled (and cached) now: a bad schema is the caller's error
         if len(prompt_ids) + 1 > self.pool_tokens:

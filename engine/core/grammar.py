@@ -105,14 +105,14 @@ class Grammars:
         try:
             grammar = _grammar(structured)
         except (ValueError, RuntimeError, json.JSONDecodeError) as exc:
-            raise InvalidRequestError(f"invalid {structured.kind}: {exc}") from None
+            raise InvalidRequestError(f"invalid {structured.kind}: {exc}", param="structured") from None
         problem = llg.LLMatcher.validate_grammar(grammar, self._tokenizer)
         if problem:
-            raise InvalidRequestError(f"invalid {structured.kind}: {problem.splitlines()[0]}")
+            raise InvalidRequestError(f"invalid {structured.kind}: {problem.splitlines()[0]}", param="structured")
         limits = llg.LLParserLimits(verbose_errors=False)  # errors must not echo a whole schema into logs
         matcher = llg.LLMatcher(self._tokenizer, grammar, log_level=0, limits=limits)
         if matcher.is_error():
-            raise InvalidRequestError(f"invalid {structured.kind}: {matcher.get_error()}")
+            raise InvalidRequestError(f"invalid {structured.kind}: {matcher.get_error()}", param="structured")
         return matcher
 
     def warm(self) -> None:

@@ -38,6 +38,13 @@ API_TAG = "api"  # the tag API requests carry in the engine (shown in the dashbo
 DISCONNECT_POLL_S = 0.5
 
 
+def _blamed(param: str | None, gen: GenerationRequest) -> str | None:
+    """The request field an engine error names: a grammar is the response format's, or a forced call's tools."""
+    if param == "structured":
+        return "tools" if gen.tools else "response_format"
+    return param
+
+
 def _tool_reason(reason: FinishReason | None) -> FinishReason | str | None:
     """A reply that called tools ends with "tool_calls" where it ended by itself (at the call's end)."""
     return TOOL_CALLS if reason is FinishReason.STOP else reason
@@ -145,16 +152,6 @@ class ApiServer:
     # ---- generation -------------------------------------------------------------------------
     def _submit_now(self, gen: GenerationRequest, request_id: str) -> RequestHandle:
         """Tokenize, check the token limit, queue (in a worker thread: the chat template is CPU work)."""
-        structured = gen.params.structured
-        if structured is not None:
-            try:  # compiled (and cached) first, so that a bad schema is blamed on its field, not on the messages
-                self.worker.engine.grammars.matcher(structured)
-            except InvalidRequestError as exc:
-                exc.param = "tools" if gen.tools else "response_format"
-                raise
-        vocab = self.worker.engine.vocab_size
-        if any(not 0 <= token < vocab for token, _ in gen.params.logit_bias):
-            raise bad_request(f"'logit_bias' token ids must be in [0, {vocab})", "logit_bias")
         ids = gen.prompt_ids
         if ids is None:
             ids = self.worker.engine.encode(
@@ -176,7 +173,7 @@ class ApiServer:
             if isinstance(exc, PromptTooLongError):
                 raise bad_request(str(exc), param, code="context_length_exceeded") from None
             if isinstance(exc, InvalidRequestError):
-                raise bad_request(str(exc), getattr(exc, "param", None) or param) from None
+                raise bad_request(str(exc), _blamed(exc.param, gen) or param) from None
             if isinstance(exc, EngineStoppedError):
                 raise ApiError(503, str(exc), type="server_error") from None
             raise

@@ -27,9 +27,7 @@ class Features:
 
 
 def _bad(message: str, param: str) -> InvalidRequestError:
-    error = InvalidRequestError(message)
-    error.param = param  # the API answers with the field at fault
-    return error
+    return InvalidRequestError(message, param)  # the API answers with the field at fault
 
 
 def _json_text(value: object, param: str) -> str:
@@ -151,7 +149,7 @@ def _tool_choice(value: object, tools: list[dict]) -> str:
 
 
 def parse_features(body: dict, chat: bool) -> Features:
-    """The features a request body asks for, checked; raises InvalidRequestError (with .param) on a bad one."""
+    """The features a request body asks for, checked; raises InvalidRequestError (with its .param) on a bad one."""
     features = Features(
         logprobs=_logprobs(body, chat),
         logit_bias=_logit_bias(body.get("logit_bias")),

@@ -217,7 +217,7 @@ def _common(body: object, kind: str, limits: ServeLimits) -> GenerationRequest:
     try:
         features = parse_features(body, chat=kind == "chat")
     except InvalidRequestError as exc:
-        raise bad_request(str(exc), getattr(exc, "param", None)) from None
+        raise bad_request(str(exc), exc.param) from None
     params = replace(
         _sampling_params(body, max_tokens, limits),
         structured=features.structured,
