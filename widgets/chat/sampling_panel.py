@@ -42,6 +42,15 @@ def _double(minimum: float, maximum: float, step: float, tip: str) -> QDoubleSpi
     return box
 
 
+def _choices(options: dict[str, str], tip: str) -> QComboBox:
+    """A combo box of labels whose item data are the options' keys."""
+    box = QComboBox()
+    for key, label in options.items():
+        box.addItem(label, key)
+    box.setToolTip(tip)
+    return box
+
+
 class SamplingPanel(QWidget):
     settings_changed = Signal(object)  # ChatSettings
 
@@ -68,20 +77,16 @@ class SamplingPanel(QWidget):
         self.seed.setSpecialValueText("random")
         self.seed.setToolTip("a fixed seed makes sampled replies repeatable (-1 = random)")
         self.repetition_penalty = _double(0.5, 2.0, 0.05, "above 1 discourages repeating tokens already present")
-        self.overflow = QComboBox()
-        for key, label in OVERFLOW_POLICIES.items():
-            self.overflow.addItem(label, key)
-        self.overflow.setToolTip(
+        self.overflow = _choices(
+            OVERFLOW_POLICIES,
             "When the conversation outgrows the model's context: stop and say so; truncate the middle (keep the "
             "system prompt and the first exchange, drop whole turns after it); or a rolling window (keep the "
-            "system prompt and the latest turns). The transcript marks what was left out."
+            "system prompt and the latest turns). The transcript marks what was left out.",
         )
-        self.output = QComboBox()
-        for key, label in OUTPUT_KINDS.items():
-            self.output.addItem(label, key)
-        self.output.setToolTip(
+        self.output = _choices(
+            OUTPUT_KINDS,
             "Free text: the model writes anything. JSON: every reply is one JSON object. JSON schema: every reply is "
-            "JSON that follows the schema below (the engine allows only tokens that keep it valid)."
+            "JSON that follows the schema below (the engine allows only tokens that keep it valid).",
         )
         self.schema_editor = QPlainTextEdit()
         self.schema_editor.setObjectName("schemaEditor")

@@ -110,15 +110,21 @@ def test_a_measured_choice_is_remembered_for_this_machine_and_shape() -> None:
     assert measure(passes, buckets=(1, 4, 16), key=key).chosen[16] == BFLOAT16  # other buckets: measured anew
 
 
-def test_the_greedy_lm_head_picks_what_the_float32_head_picks() -> None:
+def _greedy_head(seed: int):
+    """An LM head of random weights whose greedy path is bfloat16 where this CPU can (as if measured faster)."""
     from engine.model.lm_head import LMHead
 
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     weight = torch.randn(1000, 64) * 0.1
     head = LMHead(torch.nn.Linear(64, 1000, bias=False), weight, None, try_fast=False)
     head.exact.weight.data.copy_(weight)
     if formats.usable(BFLOAT16, torch.device("cpu")):
-        head.fast = formats.make_linear(weight, None, BFLOAT16)  # as if measured faster
+        head.fast = formats.make_linear(weight, None, BFLOAT16)
+    return head
+
+
+def test_the_greedy_lm_head_picks_what_the_float32_head_picks() -> None:
+    head = _greedy_head(seed=0)
     hidden = torch.randn(32, 64)
     with torch.inference_mode():
         exact, greedy = head.exact(hidden), head.greedy(hidden)
@@ -131,14 +137,7 @@ def test_the_greedy_lm_head_picks_what_the_float32_head_picks() -> None:
 
 
 def test_the_greedy_lm_head_picks_the_likeliest_allowed_token_when_a_grammar_masks_the_rest() -> None:
-    from engine.model.lm_head import LMHead
-
-    torch.manual_seed(1)
-    weight = torch.randn(1000, 64) * 0.1
-    head = LMHead(torch.nn.Linear(64, 1000, bias=False), weight, None, try_fast=False)
-    head.exact.weight.data.copy_(weight)
-    if formats.usable(BFLOAT16, torch.device("cpu")):
-        head.fast = formats.make_linear(weight, None, BFLOAT16)
+    head = _greedy_head(seed=1)
     hidden = torch.randn(8, 64)
     allowed = torch.zeros(8, 1000, dtype=torch.bool)
     allowed[:, 500:503] = True  # three tokens, far from the unmasked leaders: fewer than the exact candidates
