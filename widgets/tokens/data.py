@@ -9,13 +9,9 @@ from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from difflib import SequenceMatcher
 
-from engine.types import TokenLogprob
+from engine.types import Alternative, TokenLogprob
 
-
-@dataclass(frozen=True)
-class Alternative:
-    text: str
-    logprob: float
+__all__ = ["Alternative", "TokenEntry", "describe", "diff_flags", "entries_from_logprobs", "split_words"]
 
 
 @dataclass(frozen=True)
@@ -45,7 +41,7 @@ def entries_from_logprobs(logprobs: Iterable[TokenLogprob]) -> list[TokenEntry]:
         TokenEntry(
             lp.text,
             lp.logprob,
-            tuple(Alternative(alt.text, alt.logprob) for alt in lp.top),
+            lp.top,
             (lp.token_id,) if lp.token_id >= 0 else (),
         )
         for lp in logprobs
