@@ -9,6 +9,7 @@ from engine.core.config import EngineConfig
 from engine.core.engine import Engine
 from engine.load.loader import LoadedModel, Progress, load_model
 from engine.load.options import LoadOptions, ResolvedOptions, resolve_options
+from engine.model import compiled_step
 
 Loader = Callable[..., LoadedModel]
 
@@ -31,6 +32,8 @@ def start_engine(options: EngineOptions, progress: Progress | None = None, loade
     """Check the options, load the model (converting or downloading as needed) and build its engine."""
     options.check()
     loaded = loader(options.model, options.load, progress=progress)
+    if options.config.compiled_step and options.config.optimize and loaded.info.device == "cpu":
+        compiled_step.ensure_loaded(progress)  # the first start compiles it; the runner then finds it loaded
     if progress is not None:
         progress("allocating the KV cache")
     return Engine(loaded, options.config)

@@ -51,6 +51,12 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
         "--no-speculative", action="store_true", help="turn speculative decoding (prompt-lookup drafts) off"
     )
     group.add_argument(
+        "--no-compiled-step",
+        action="store_true",
+        help="run every step through the Python layers (default: decode steps run as one C++ call, compiled for "
+        "this CPU on the first start where a C++ compiler is found)",
+    )
+    group.add_argument(
         "--draft-max", type=int, default=defaults.draft_max, help=f"longest draft (default {defaults.draft_max})"
     )
 
@@ -70,6 +76,7 @@ def engine_config_from(args: argparse.Namespace) -> EngineConfig:
         prefill_budget_s=args.prefill_budget_ms / 1e3 if args.prefill_budget_ms > 0 else None,
         speculative=not args.no_speculative,
         draft_max=args.draft_max,
+        compiled_step=not args.no_compiled_step,
     )
 
 

@@ -108,6 +108,8 @@ class ModelSwitcher(QObject):
             layers = [f for f in record["layer_formats"] if f != info.dtype]
             if layers:
                 summary += f" · layers {', '.join(layers)}"
+            if str(record.get("compiled_step", "")).startswith("on"):
+                summary += " · compiled step"
             self._status.set_runtime(summary, describe_runtime(record))
         self._window.setWindowTitle(f"Inference Studio — {info.name}")
         if self._notice.text.startswith("The new model"):

@@ -107,6 +107,7 @@ class StudioSettings:
             max_running=self._get("engine/max_running", defaults.max_running, int),
             max_step_tokens=step_tokens if step_tokens > 0 else None,
             prefix_caching=self._get("engine/prefix_caching", "true", str) == "true",
+            compiled_step=self._get("engine/compiled_step", "true", str) == "true",
         )
         try:
             config.validate()
@@ -120,6 +121,7 @@ class StudioSettings:
         self.qsettings.setValue("engine/max_running", config.max_running)
         self.qsettings.setValue("engine/max_step_tokens", config.max_step_tokens or 0)
         self.qsettings.setValue("engine/prefix_caching", "true" if config.prefix_caching else "false")
+        self.qsettings.setValue("engine/compiled_step", "true" if config.compiled_step else "false")
 
     @property
     def default_model(self) -> ModelChoice:

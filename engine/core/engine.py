@@ -90,7 +90,7 @@ class Engine:
             geometry.num_layers, geometry.num_kv_heads, geometry.head_dim, num_pages, ps, kv_dtype,
             loaded.options.device,
         )  # fmt: skip
-        self.runner = ModelRunner(self.model, self.cache, config.optimize, weight_formats(loaded))
+        self.runner = ModelRunner(self.model, self.cache, config.optimize, weight_formats(loaded), config.compiled_step)
         self.kernels = self.runner.kernels
         self.step_cost = StepCostModel(
             config.prefill_budget_s or 0.0, config.prefill_stall_ratio, min_tokens=ps, max_tokens=config.max_step_tokens

@@ -22,7 +22,8 @@ def runtime_record(engine) -> dict[str, object]:
         "fast_path_check": check.describe() if check is not None else "not run",
         "weight_formats": fast.choice.describe() if fast is not None else loaded.info.dtype,
         "layer_formats": sorted(fast.choice.formats) if fast is not None else [loaded.info.dtype],
-        "kernels": list(engine.kernels),
+        "kernels": list(fast.kinds) if fast is not None else list(engine.kernels),
+        "compiled_step": fast.compiled_note if fast is not None else "off: no lean forward",
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "torch": torch.__version__,
         "torch_threads": torch.get_num_threads(),
@@ -40,5 +41,5 @@ def describe(record: dict[str, object]) -> str:
     return (
         f"{record['weights']} weights, {record['kv_cache']} KV cache on {record['device']} "
         f"({record['cpu_capability']}, {record['torch_threads']} threads); {record['forward']}: "
-        f"{record['fast_path_check']}; kernels: {kernels}"
+        f"{record['fast_path_check']}; compiled step: {record.get('compiled_step', 'off')}; kernels: {kernels}"
     )

@@ -11,6 +11,19 @@ import torch
 from engine.core.scheduler import ScheduledChunk
 from engine.model.attention import PagedKVCache, PrefillSlice, StepContext
 
+# rows of one sequence the compiled small step takes (model/compiled_step.py); longer chunks (prefill) attend
+# faster through SDPA's blocked kernels than through its plain loops
+MAX_SMALL_CHUNK = 16
+
+
+@dataclass
+class SmallStepTables:
+    """What the compiled small step needs when every chunk is short: per sequence (first row, rows, first position),
+    and its page table padded with its first page."""
+
+    chunks: torch.Tensor  # [c, 3] int64
+    pages: torch.Tensor  # [c, max_pages] int64
+
 
 @dataclass
 class PackedBatch:
@@ -20,6 +33,7 @@ class PackedBatch:
     context: StepContext
     sampling_chunks: list[ScheduledChunk]
     greedy_only: bool = False  # every sampled row takes the likeliest token with no processing of its logits
+    small: SmallStepTables | None = None  # set when every chunk has at most MAX_SMALL_CHUNK rows
 
 
 def _flat_tokens(ordered: list[ScheduledChunk], page_size: int) -> tuple[list[int], list[int], list[int]]:
@@ -64,6 +78,23 @@ def _prefill_slices(prefills: list[ScheduledChunk], first_row: int, page_size: i
     return slices
 
 
+def _small_tables(ordered: list[ScheduledChunk], page_size: int, device) -> SmallStepTables | None:
+    if any(c.num_tokens > MAX_SMALL_CHUNK for c in ordered):
+        return None
+    rows: list[list[int]] = []
+    tables: list[list[int]] = []
+    row = 0
+    for chunk in ordered:
+        rows.append([row, chunk.num_tokens, chunk.start])
+        tables.append(chunk.request.page_table[: math.ceil((chunk.start + chunk.num_tokens) / page_size)])
+        row += chunk.num_tokens
+    width = max(len(t) for t in tables)
+    padded = [t + [t[0]] * (width - len(t)) for t in tables]
+    return SmallStepTables(
+        torch.tensor(rows, dtype=torch.long, device=device), torch.tensor(padded, dtype=torch.long, device=device)
+    )
+
+
 def pack(chunks: list[ScheduledChunk], cache: PagedKVCache) -> PackedBatch:
     """Decode rows go first: they share one batched attention call."""
     ps, device = cache.page_size, cache.storage.device
@@ -100,6 +131,7 @@ def pack(chunks: list[ScheduledChunk], cache: PagedKVCache) -> PackedBatch:
         keep=torch.tensor(keep, dtype=torch.long, device=device),
         context=context,
         sampling_chunks=sampling,
+        small=_small_tables(ordered, ps, device) if ordered else None,
     )
 
 

@@ -19,10 +19,10 @@ from torch import nn
 
 from engine.core.request import Request
 from engine.core.scheduler import ScheduledChunk
-from engine.model import attention, kernels
+from engine.model import attention, compiled_step, kernels
 from engine.model import formats as formats_
 from engine.model.attention import PagedKVCache, StepContext
-from engine.model.batch import pack
+from engine.model.batch import MAX_SMALL_CHUNK, SmallStepTables, pack
 from engine.model.geometry import attention_geometry
 from engine.model.lm_head import LMHead
 from engine.model.reference import transformers_mode
@@ -82,9 +82,12 @@ def unsupported_reason(model: nn.Module) -> str | None:
 class FastForward:
     """Callable like the model for the engine: (input_ids [N], positions [N], keep [S]) -> logits [S, vocab]."""
 
-    def __init__(self, model: nn.Module, pack: bool | None = None, formats: Sequence[str] = ()) -> None:
+    def __init__(
+        self, model: nn.Module, pack: bool | None = None, formats: Sequence[str] = (), compiled: bool = True
+    ) -> None:
         """formats: the weight formats to consider; with more than one, each batch size gets the fastest, measured
-        now on this model's layers (formats.py)."""
+        now on this model's layers (formats.py). compiled: short chunks run as one C++ call (compiled_step.py) where
+        it builds here."""
         inner = model.model
         config = model.config
         if pack is None:
@@ -134,12 +137,23 @@ class FastForward:
             self.choice = formats_.measure({fmt: self._pass(linears) for fmt, linears in self.linears.items()}, key=key)
             self.linears = {fmt: linears for fmt, linears in self.linears.items() if fmt in self.choice.formats}
         self.last_format = native
+        self.last_compiled = False  # whether the last step ran the compiled step
         self.kinds = ["lean Llama-family forward", "fused QKV", "fused gate/up MLP", "fused RMSNorm"]
         self.check: FastPathCheck | None = None
         if pack and native in self.linears:
             self.kinds.append("oneDNN prepacked linears")
         if self.choice.formats != {native}:
             self.kinds.append(f"weight formats by batch: {self.choice.describe()}")
+        self.compiled: dict[str, compiled_step.CompiledStep] = {}
+        self.compiled_note = "off (not asked for)"
+        if compiled:
+            self.compiled, reason = compiled_step.build_steps(self, self.linears)
+            if self.compiled:
+                formats_on = ", ".join(sorted(self.compiled))
+                self.compiled_note = f"on for {formats_on}" + (f" (not for {reason})" if reason else "")
+                self.kinds.append(f"compiled small step (C++: chunks of up to {MAX_SMALL_CHUNK} rows, {formats_on})")
+            else:
+                self.compiled_note = f"off: {reason}"
 
     def _native_linears(self, pack: bool) -> LinearSet:
         """The model's own weights: fused (unpacked, the originals are re-pointed at slices of the fused
@@ -190,17 +204,37 @@ class FastForward:
         keep: torch.Tensor,
         greedy_only: bool = False,
         allowed: torch.Tensor | None = None,
+        small: SmallStepTables | None = None,
     ) -> torch.Tensor:
         """greedy_only: every sampled row only takes the likeliest token (no penalty, bias, logprobs), so the LM head
         may compute the logits of the leading candidates exactly and the others approximately; allowed [rows, vocab]:
-        the tokens grammars allow (the candidates are the leading allowed ones)."""
+        the tokens grammars allow (the candidates are the leading allowed ones); small: the short chunks' tables,
+        for the compiled step."""
         n = input_ids.shape[0]
         hidden = self.embed(input_ids)
         cos, sin = self.rotary(hidden.unsqueeze(0), positions.unsqueeze(0))
-        cos, sin = cos[0].unsqueeze(1), sin[0].unsqueeze(1)  # [N, 1, dim], broadcast over heads
+        self.last_format = self.choice.format_for(n)
+        step = self.compiled.get(self.last_format) if small is not None else None
+        self.last_compiled = False
+        if step is not None and ctx.cache.storage.dtype == torch.float32:
+            try:
+                hidden = step.forward(hidden, cos[0], sin[0], ctx.cache.storage, small.chunks, small.pages)
+                self.last_compiled = True
+            except RuntimeError as exc:  # never lose the step: the Python layers below redo it (and its KV writes)
+                log.warning("compiled step failed (%s); the Python lean forward runs from now on", exc)
+                self.compiled = {}
+                self.compiled_note = f"off: failed while running: {str(exc).splitlines()[0][:200]}"
+                self.kinds = [k for k in self.kinds if not k.startswith("compiled small step")]
+        if not self.last_compiled:
+            hidden = self._layers(ctx, hidden, cos[0].unsqueeze(1), sin[0].unsqueeze(1))  # [N, 1, dim]: over heads
+        hidden = F.rms_norm(hidden.index_select(0, keep), self.norm_shape, self.final_norm, self.eps)
+        return self.lm_head.greedy(hidden, allowed) if greedy_only else self.lm_head.exact(hidden)
+
+    def _layers(self, ctx: StepContext, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """Every decoder layer in Python: the hidden states after the last one."""
+        n = hidden.shape[0]
         norm_shape, eps = self.norm_shape, self.eps
         heads, kv_heads, head_dim = self.heads, self.kv_heads, self.head_dim
-        self.last_format = self.choice.format_for(n)
         linears = self.linears[self.last_format]
         for index, (layer, (qkv, o_proj, gate_up, down)) in enumerate(zip(self.layers, linears.layers, strict=True)):
             x = F.rms_norm(hidden, norm_shape, layer.input_norm, eps)
@@ -221,13 +255,13 @@ class FastForward:
             x = F.rms_norm(hidden, norm_shape, layer.post_norm, eps)
             gate, up = gate_up(x).split(self.intermediate, dim=-1)
             hidden = hidden + down(F.silu(gate) * up)
-        hidden = F.rms_norm(hidden.index_select(0, keep), norm_shape, self.final_norm, eps)
-        return self.lm_head.greedy(hidden, allowed) if greedy_only else self.lm_head.exact(hidden)
+        return hidden
 
 
 _ATTR = "_studio_fast_forward"
 _REJECTED = "_studio_fast_forward_rejected"
-CHECK_STAGES = ((0, 8), (8, 4), (12, 1), (13, 1))  # prefill, a chunk over cached pages, two decode steps
+# prefill (longer than the compiled step takes), a chunk over cached pages, two decode steps
+CHECK_STAGES = ((0, 20), (20, 4), (24, 1), (25, 1))
 TOLERANCE = {torch.float32: 1e-3, torch.bfloat16: 5e-2, torch.float16: 2e-2}  # of the logits' scale
 # weight formats' own rounding: a sanity bound (a layout bug is off by the logits' whole scale), not an accuracy claim
 FORMAT_TOLERANCE = {formats_.BFLOAT16: 5e-2, formats_.INT8: 0.15, formats_.INT4: 0.4}
@@ -240,18 +274,23 @@ class FastPathCheck:
     passed: bool
     max_rel_error: float
     tolerance: float
-    stages: str = "prefill 8, chunked prefill 4 over cached pages, decode 2 over cached pages (seed 0)"
+    stages: str = (
+        "prefill 20, chunked prefill 4 over cached pages, decode 2 over cached pages (seed 0), through the Python "
+        "layers and the compiled small step"
+    )
 
     def describe(self) -> str:
         verdict = "agrees" if self.passed else "DISAGREES"
         return f"{verdict} with transformers (max error {self.max_rel_error:.1e} of the logits' scale)"
 
 
-def build(model: nn.Module, check: bool = True, formats: Sequence[str] = ()) -> FastForward | None:
+def build(
+    model: nn.Module, check: bool = True, formats: Sequence[str] = (), compiled: bool = True
+) -> FastForward | None:
     """The lean forward for this model (built once per model and set of formats), or None (with the reason logged)
     when it doesn't apply or disagrees with the transformers forward."""
     built = getattr(model, _ATTR, {})
-    key = tuple(formats)
+    key = (tuple(formats), compiled)
     if key in built:
         return built[key]
     fast = None
@@ -259,7 +298,7 @@ def build(model: nn.Module, check: bool = True, formats: Sequence[str] = ()) -> 
     if reason:
         log.info("lean forward off: %s", reason)
     else:
-        fast = FastForward(model, formats=formats)
+        fast = FastForward(model, formats=formats, compiled=compiled)
         if check:
             fast.check = check_against_transformers(model, fast)
             if not fast.check.passed:
@@ -278,7 +317,8 @@ def rejected_check(model: nn.Module) -> FastPathCheck | None:
 
 def check_against_transformers(model: nn.Module, fast: FastForward) -> FastPathCheck:
     """Both forwards over a seeded random sequence: the lean one step by step through a scratch page pool
-    (prefill, a chunk over cached pages, decodes over cached pages), transformers' in one pass."""
+    (prefill, a chunk over cached pages, decodes over cached pages; through its Python layers, and again with the
+    compiled small step where there is one), transformers' in one pass."""
     param = next(model.parameters())
     device, dtype = param.device, param.dtype
     total = sum(CHECK_STAGES[-1])
@@ -287,19 +327,21 @@ def check_against_transformers(model: nn.Module, fast: FastForward) -> FastPathC
     with torch.inference_mode(), transformers_mode(model):
         reference = model(input_ids=torch.tensor([ids], device=device)).logits[0].float()
     page_size = 4
-    cache = PagedKVCache(
-        len(fast.layers), fast.kv_heads, fast.head_dim, total // page_size + 1, page_size, dtype, device
-    )
-    request = Request("fast-path-check", ids, SamplingParams())
-    request.page_table = list(range(cache.num_pages))
     worst = 0.0
-    with torch.inference_mode():
-        for start, count in CHECK_STAGES:
-            batch = pack([ScheduledChunk(request, count, start, samples=True)], cache)
-            ours = fast(batch.context, batch.input_ids, batch.positions, batch.keep).float()[0]
-            expected = reference[start + count - 1]
-            scale = expected.abs().max().clamp_min(1e-6)
-            worst = max(worst, float((ours - expected).abs().max() / scale))
+    for compiled in (False, True) if fast.compiled else (False,):
+        cache = PagedKVCache(
+            len(fast.layers), fast.kv_heads, fast.head_dim, total // page_size + 1, page_size, dtype, device
+        )
+        request = Request("fast-path-check", ids, SamplingParams())
+        request.page_table = list(reversed(range(cache.num_pages)))  # pages out of order, as a busy pool hands out
+        with torch.inference_mode():
+            for start, count in CHECK_STAGES:
+                batch = pack([ScheduledChunk(request, count, start, samples=True)], cache)
+                small = batch.small if compiled else None
+                ours = fast(batch.context, batch.input_ids, batch.positions, batch.keep, small=small).float()[0]
+                expected = reference[start + count - 1]
+                scale = expected.abs().max().clamp_min(1e-6)
+                worst = max(worst, float((ours - expected).abs().max() / scale))
     # lower-precision formats (chosen for some batch sizes) are judged by their own tolerance
     tolerance = max(TOLERANCE.get(dtype, 5e-2), *(FORMAT_TOLERANCE.get(f, 0.0) for f in fast.choice.formats))
     return FastPathCheck(passed=worst < tolerance, max_rel_error=worst, tolerance=tolerance)

@@ -46,16 +46,22 @@ def prepare_model(model: torch.nn.Module) -> None:
 
 class ModelRunner:
     def __init__(
-        self, model: torch.nn.Module, cache: PagedKVCache, optimize: bool = True, formats: Sequence[str] = ()
+        self,
+        model: torch.nn.Module,
+        cache: PagedKVCache,
+        optimize: bool = True,
+        formats: Sequence[str] = (),
+        compiled: bool = True,
     ) -> None:
         """optimize: the lean forward where the architecture allows, else the transformers modules with fused,
         reversible kernels; off: the transformers forward as it is (with paged attention). formats: weight formats
-        the lean forward may use besides the model's own, the fastest per batch size (model/formats.py)."""
+        the lean forward may use besides the model's own, the fastest per batch size (model/formats.py). compiled:
+        the lean forward's short chunks as one C++ call where it builds (model/compiled_step.py)."""
         prepare_model(model)
         self.model = model
         self.cache = cache
         self.vocab_size = model.get_output_embeddings().weight.shape[0]
-        self.fast = fast_forward.build(model, formats=formats) if optimize else None
+        self.fast = fast_forward.build(model, formats=formats, compiled=compiled) if optimize else None
         if self.fast is not None:
             self.kernels = list(self.fast.kinds)
             patches.restore(model)  # an earlier engine on this model may have patched its modules
@@ -73,7 +79,7 @@ class ModelRunner:
         if self.fast is not None:
             allowed = grammar_masks(batch.sampling_chunks, self.vocab_size) if batch.greedy_only else None
             logits = self.fast(
-                batch.context, batch.input_ids, batch.positions, batch.keep, batch.greedy_only, allowed
+                batch.context, batch.input_ids, batch.positions, batch.keep, batch.greedy_only, allowed, batch.small
             ).float()
             weight_format = self.fast.last_format
         else:

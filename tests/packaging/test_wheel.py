@@ -34,3 +34,4 @@ def test_the_wheel_holds_every_package(tmp_path: Path) -> None:
     stale = sorted(n for n in names if n.endswith(".py") and n.split("/")[0] in PACKAGES and n not in expected)
     assert not stale, f"the wheel holds modules the tree no longer has: {stale}"
     assert "resources/icons/inference-studio.svg" in names
+    assert "engine/model/csrc/decode_step.cpp" in names  # the compiled step builds from it on the user's machine

@@ -130,10 +130,16 @@ class SettingsDialog(QDialog):
         self.step_tokens.setToolTip("Tokens computed in one step; long prompts are prefilled in chunks of it")
         self.prefix_caching = QCheckBox("Share the KV pages of a common prefix (system prompt, history)")
         self.prefix_caching.setChecked(values.engine.prefix_caching)
+        self.compiled_step = QCheckBox("Run decode steps as one C++ call (compiled for this CPU on first use)")
+        self.compiled_step.setChecked(values.engine.compiled_step)
+        self.compiled_step.setToolTip(
+            "Needs a C++ compiler (g++ or clang); without one, or off, every step runs through the Python layers"
+        )
         engine_form.addRow("KV page size", self.page_size)
         engine_form.addRow("Replies per step", self.max_running)
         engine_form.addRow("Step token budget", self.step_tokens)
         engine_form.addRow("Prefix caching", self.prefix_caching)
+        engine_form.addRow("Compiled step", self.compiled_step)
         self._engine_defaults = values.engine
 
         hub = QGroupBox("Hugging Face hub token")
@@ -181,6 +187,7 @@ class SettingsDialog(QDialog):
                 max_step_tokens=self.step_tokens.value() or None,
                 prefix_caching=self.prefix_caching.isChecked(),
                 optimize=self._engine_defaults.optimize,
+                compiled_step=self.compiled_step.isChecked(),
             ),
         )
 

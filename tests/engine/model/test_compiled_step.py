@@ -1,0 +1,210 @@
+"""The compiled small step: the same logits and KV writes as the Python layers for every weight format, mixed
+decode rows and short chunks, pages out of order, sliding windows and QKV biases; the Python layers and a one-line
+reason wherever it can't be built, loaded or run."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from engine.core.request import Request
+from engine.core.scheduler import ScheduledChunk
+from engine.load.loader import load_model
+from engine.load.options import LoadOptions
+from engine.model import compiled_step, fast_forward
+from engine.model import formats as formats_
+from engine.model.attention import PagedKVCache
+from engine.model.batch import MAX_SMALL_CHUNK, pack
+from engine.types import SamplingParams
+from tests.engine.model.test_architectures import architectures, save_tiny
+from tests.helpers import run_to_completion
+
+pytestmark = pytest.mark.skipif(not compiled_step.ensure_loaded(), reason="no C++ compiler here")
+
+PAGE = 4
+
+
+def _model(folder: Path):
+    return load_model(str(folder), LoadOptions(dtype="float32")).model
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> dict[str, torch.nn.Module]:
+    from tests.helpers import make_tiny_llama
+
+    root = tmp_path_factory.mktemp("compiled")
+    found = {"llama": _model(make_tiny_llama(root / "llama"))}
+    for name in ("qwen2", "mistral-sliding"):  # QKV biases; a sliding window of 8 tokens
+        config_class, model_class, extra = architectures()[name]
+        found[name] = _model(save_tiny(root / name, config_class, model_class, **extra))
+    return found
+
+
+def _requests(vocab: int) -> list[Request]:
+    """Three sequences whose pages are interleaved and out of order, as a busy pool hands them out."""
+    generator = torch.Generator().manual_seed(3)
+    lengths = (21, 9, 30)
+    requests = []
+    for index, length in enumerate(lengths):
+        ids = torch.randint(0, vocab, (length,), generator=generator).tolist()
+        request = Request(f"r{index}", ids, SamplingParams())
+        request.page_table = [39 - (3 * page + index) for page in range(length // PAGE + 1)]
+        requests.append(request)
+    return requests
+
+
+def _run(fast, cache, requests, compiled: bool) -> list[torch.Tensor]:
+    """Prefill each sequence but its tail (Python layers), then two mixed steps: decode rows beside a 4-token chunk
+    over cached pages (what a verified draft is), and decode rows beside a chunk too long for the compiled step."""
+    logits = []
+    with torch.inference_mode():
+        for request, prefilled in zip(requests, (17, 8, 25), strict=True):
+            batch = pack([ScheduledChunk(request, prefilled, 0, samples=True)], cache)
+            fast(batch.context, batch.input_ids, batch.positions, batch.keep)
+        steps = [
+            [(requests[0], 4, 17), (requests[1], 1, 8), (requests[2], 1, 25)],
+            [(requests[2], 1, 26), (requests[0], MAX_SMALL_CHUNK + 1, 0)],
+        ]
+        for step in steps:
+            batch = pack([ScheduledChunk(r, n, start, samples=True) for r, n, start in step], cache)
+            small = batch.small if compiled else None
+            logits.append(fast(batch.context, batch.input_ids, batch.positions, batch.keep, small=small))
+            assert fast.last_compiled == (compiled and batch.small is not None)
+    return logits
+
+
+@pytest.mark.parametrize("name", ["llama", "qwen2", "mistral-sliding"])
+@pytest.mark.parametrize("fmt", [formats_.FLOAT32, formats_.BFLOAT16, formats_.INT8, formats_.INT4])
+def test_same_logits_and_cache_as_the_python_layers(models, name: str, fmt: str) -> None:
+    model = models[name]
+    if fmt != formats_.FLOAT32 and not formats_.usable(fmt, torch.device("cpu")):
+        pytest.skip(f"{fmt} kernels are unavailable in this torch build")
+    fast = fast_forward.FastForward(model, pack=True, formats=(formats_.FLOAT32, fmt))
+    fast.choice = formats_.single(fmt)  # this format at every batch size, whatever is faster here
+    assert fmt in fast.compiled, fast.compiled_note
+    caches = []
+    results = []
+    for compiled in (False, True):
+        cache = PagedKVCache(len(fast.layers), fast.kv_heads, fast.head_dim, 40, PAGE, torch.float32, "cpu")
+        results.append(_run(fast, cache, _requests(model.config.vocab_size), compiled))
+        caches.append(cache.storage)
+    # float32 sums in another order; lower-precision formats round activations to bfloat16 alike, with rare ties
+    tolerance = 1e-4 if fmt == formats_.FLOAT32 else 2e-2
+    for python, ours in zip(*results, strict=True):
+        scale = python.abs().max()
+        assert float((python - ours).abs().max() / scale) < tolerance
+        assert torch.equal(python.argmax(-1), ours.argmax(-1))
+    assert float((caches[0] - caches[1]).abs().max()) < tolerance * float(caches[0].abs().max())
+
+
+def test_the_engine_uses_it_and_says_so(make_engine, tiny_loaded) -> None:
+    from tests.helpers import reference_greedy
+
+    engine = make_engine()
+    assert any(kind.startswith("compiled small step") for kind in engine.kernels)
+    assert engine.runtime_record()["compiled_step"].startswith("on for")
+    prompt = [5, 9, 13, 40, 41, 42, 77, 100, 101, 102, 103, 7, 8, 200, 201]
+    request = engine.add_request(prompt, SamplingParams(max_tokens=12, ignore_eos=True))
+    run_to_completion(engine)
+    assert request.output_ids == reference_greedy(tiny_loaded.model, prompt, 12, eos=False)
+    assert engine.runner.fast.last_compiled  # the last decode step ran compiled
+
+
+def test_turned_off_by_config_runs_the_python_layers(make_engine) -> None:
+    engine = make_engine(compiled_step=False)
+    assert engine.runtime_record()["compiled_step"] == "off (not asked for)"
+    assert not any(kind.startswith("compiled small step") for kind in engine.kernels)
+
+
+def test_a_failure_while_running_falls_back_without_losing_the_step(models, monkeypatch) -> None:
+    model = models["llama"]
+    fast = fast_forward.FastForward(model, pack=True)
+    fmt = fast.choice.format_for(1)
+    reference = _run(fast, _cache(fast), _requests(model.config.vocab_size), compiled=False)  # 2 decodes, the chunk
+
+    def broken(*args):
+        raise RuntimeError("injected fault in the compiled step")
+
+    monkeypatch.setattr(fast.compiled[fmt], "forward", broken)
+    requests = _requests(model.config.vocab_size)
+    cache = _cache(fast)
+    with torch.inference_mode():
+        for request, prefilled in zip(requests, (17, 8, 25), strict=True):
+            batch = pack([ScheduledChunk(request, prefilled, 0, samples=True)], cache)
+            fast(batch.context, batch.input_ids, batch.positions, batch.keep)
+        batch = pack([ScheduledChunk(requests[0], 4, 17, samples=True)], cache)
+        logits = fast(batch.context, batch.input_ids, batch.positions, batch.keep, small=batch.small)
+    assert not fast.last_compiled and not fast.compiled
+    assert fast.compiled_note.startswith("off: failed while running: injected fault")
+    assert not any(kind.startswith("compiled small step") for kind in fast.kinds)
+    assert torch.allclose(logits, reference[0][2:3], rtol=0, atol=1e-4 * float(reference[0].abs().max()))
+
+
+def _cache(fast) -> PagedKVCache:
+    return PagedKVCache(len(fast.layers), fast.kv_heads, fast.head_dim, 40, PAGE, torch.float32, "cpu")
+
+
+def _in_a_fresh_process(code: str, env: dict[str, str], tmp_path: Path) -> str:
+    """Run code where nothing is loaded yet, with its own user cache; returns its stdout's last line."""
+    environment = {**os.environ, "INFERENCE_STUDIO_CACHE": str(tmp_path / "cache"), **env}
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=environment, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.strip().splitlines()[-1]
+
+
+FAKE_VERSION = '[ "$1" = --version ] && { echo fake 1.0; exit 0; }\n'
+REPORT = """
+    from engine.model import compiled_step
+    print(compiled_step.ensure_loaded(), "|", compiled_step.failure_reason())
+"""
+
+
+def test_without_a_compiler_it_says_so(tmp_path: Path) -> None:
+    out = _in_a_fresh_process(REPORT, {"CXX": "", "PATH": str(tmp_path / "empty")}, tmp_path)
+    assert out.startswith("False | no C++ compiler found")
+
+
+def test_a_failing_compile_gives_its_first_error_line(tmp_path: Path) -> None:
+    script = tmp_path / "cxx"
+    script.write_text(
+        "#!/bin/sh\n[ \"$1\" = --version ] && { echo fake 1.0; exit 0; }\necho 'x.cpp:1: error: no' >&2\nexit 1\n"
+    )
+    script.chmod(0o755)
+    out = _in_a_fresh_process(REPORT, {"CXX": str(script)}, tmp_path)
+    assert out == "False | compiling the decode step failed: x.cpp:1: error: no"
+    assert not list((tmp_path / "cache").rglob("*.so"))  # nothing half-written is left to load
+
+
+def test_a_damaged_cached_library_is_built_again(tmp_path: Path) -> None:
+    """The fake compiler copies the library this process built: the damaged entry is replaced and loads."""
+    built = compiled_step._state.loaded
+    script = tmp_path / "cxx"
+    script.write_text(
+        '#!/bin/sh\n[ "$1" = --version ] && { echo fake 1.0; exit 0; }\n'
+        f'while [ "$1" != -o ]; do shift; done\ncp \'{built}\' "$2"\n'
+    )
+    script.chmod(0o755)
+    code = """
+        import os
+        os.environ["CXX"] = os.environ["FAKE_CXX"]
+        from engine.model import compiled_step
+        target = compiled_step._library_path(compiled_step._compiler())
+        target.parent.mkdir(parents=True)
+        target.write_bytes(b"not a library")
+        print(compiled_step.ensure_loaded(), "|", compiled_step.failure_reason(), "|", target.stat().st_size > 1000)
+    """
+    out = _in_a_fresh_process(code, {"FAKE_CXX": str(script)}, tmp_path)
+    assert out == "True | None | True"
+
+
+def test_turned_off_by_the_environment(tmp_path: Path) -> None:
+    out = _in_a_fresh_process(REPORT, {compiled_step.DISABLE_ENV: "0"}, tmp_path)
+    assert out == f"False | turned off ({compiled_step.DISABLE_ENV}=0)"
