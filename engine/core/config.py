@@ -43,8 +43,8 @@ class EngineConfig:
     draft_max: int = 8
     #: fused projections, fused RMSNorm and (CPU float32) prepacked weights; see engine/model/kernels.py and patches.py
     optimize: bool = True
-    #: the lean forward's short chunks (decode rows, drafts) as one C++ call, compiled on the first start where a C++
-    #: compiler is found (engine/model/compiled_step.py); the Python layers otherwise
+    #: every layer of the lean forward's steps in one C++ call, compiled on the first start where a C++ compiler is
+    #: found (engine/model/compiled_step.py); the Python layers otherwise
     compiled_step: bool = True
     #: steps kept in the metrics ring buffer
     metrics_capacity: int = 8192

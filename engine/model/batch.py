@@ -11,15 +11,11 @@ import torch
 from engine.core.scheduler import ScheduledChunk
 from engine.model.attention import PagedKVCache, PrefillSlice, StepContext
 
-# rows of one sequence the compiled small step takes (model/compiled_step.py); longer chunks (prefill) attend
-# faster through SDPA's blocked kernels than through its plain loops
-MAX_SMALL_CHUNK = 16
-
 
 @dataclass
-class SmallStepTables:
-    """What the compiled small step needs when every chunk is short: per sequence (first row, rows, first position),
-    and its page table padded with its first page."""
+class ChunkTables:
+    """The step's sequences as the compiled step reads them: per chunk (first row, rows, first position), and its
+    page table padded with its first page."""
 
     chunks: torch.Tensor  # [c, 3] int64
     pages: torch.Tensor  # [c, max_pages] int64
@@ -33,7 +29,7 @@ class PackedBatch:
     context: StepContext
     sampling_chunks: list[ScheduledChunk]
     greedy_only: bool = False  # every sampled row takes the likeliest token with no processing of its logits
-    small: SmallStepTables | None = None  # set when every chunk has at most MAX_SMALL_CHUNK rows
+    tables: ChunkTables | None = None
 
 
 def _flat_tokens(ordered: list[ScheduledChunk], page_size: int) -> tuple[list[int], list[int], list[int]]:
@@ -78,9 +74,7 @@ def _prefill_slices(prefills: list[ScheduledChunk], first_row: int, page_size: i
     return slices
 
 
-def _small_tables(ordered: list[ScheduledChunk], page_size: int, device) -> SmallStepTables | None:
-    if any(c.num_tokens > MAX_SMALL_CHUNK for c in ordered):
-        return None
+def _chunk_tables(ordered: list[ScheduledChunk], page_size: int, device) -> ChunkTables:
     rows: list[list[int]] = []
     tables: list[list[int]] = []
     row = 0
@@ -90,7 +84,7 @@ def _small_tables(ordered: list[ScheduledChunk], page_size: int, device) -> Smal
         row += chunk.num_tokens
     width = max(len(t) for t in tables)
     padded = [t + [t[0]] * (width - len(t)) for t in tables]
-    return SmallStepTables(
+    return ChunkTables(
         torch.tensor(rows, dtype=torch.long, device=device), torch.tensor(padded, dtype=torch.long, device=device)
     )
 
@@ -131,7 +125,7 @@ def pack(chunks: list[ScheduledChunk], cache: PagedKVCache) -> PackedBatch:
         keep=torch.tensor(keep, dtype=torch.long, device=device),
         context=context,
         sampling_chunks=sampling,
-        small=_small_tables(ordered, ps, device) if ordered else None,
+        tables=_chunk_tables(ordered, ps, device) if ordered else None,
     )
 
 

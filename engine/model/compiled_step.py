@@ -1,4 +1,4 @@
-"""The compiled small step: decode rows and short drafts of the lean forward run as one C++ call for all layers.
+"""The compiled step: every layer of the lean forward's steps in one C++ call, on a CPU.
 
 csrc/decode_step.cpp is compiled for this CPU on the first start (a C++ compiler and torch's headers; about 10 s on
 two cores) and kept in the user cache, keyed by its source, torch, the compiler and the CPU, so later starts load it
@@ -7,7 +7,7 @@ instead and the reason is in the runtime record.
 
 Why C++ and not torch.compile: measured on the embedded model (one decode row, bfloat16 layers), Inductor compiled the
 whole step in 40 s to 23.3 ms against eager's 24.2 ms: it cannot lower the prepacked oneDNN weights, so the linears
-stay calls back into Python, and its gathers of the paged cache were slower than index_select. This file's step is
+stay calls back into Python, and its gathers of the paged cache were slower than index_select. The C++ step is
 16 ms on the same weights.
 """
 

@@ -22,7 +22,7 @@ from engine.core.scheduler import ScheduledChunk
 from engine.model import attention, compiled_step, kernels
 from engine.model import formats as formats_
 from engine.model.attention import PagedKVCache, StepContext
-from engine.model.batch import MAX_SMALL_CHUNK, SmallStepTables, pack
+from engine.model.batch import ChunkTables, pack
 from engine.model.geometry import attention_geometry
 from engine.model.lm_head import LMHead
 from engine.model.reference import transformers_mode
@@ -86,8 +86,8 @@ class FastForward:
         self, model: nn.Module, pack: bool | None = None, formats: Sequence[str] = (), compiled: bool = True
     ) -> None:
         """formats: the weight formats to consider; with more than one, each batch size gets the fastest, measured
-        now on this model's layers (formats.py). compiled: short chunks run as one C++ call (compiled_step.py) where
-        it builds here."""
+        now on this model's layers (formats.py). compiled: every layer of a step in one C++ call (compiled_step.py)
+        where it builds here."""
         inner = model.model
         config = model.config
         if pack is None:
@@ -151,7 +151,7 @@ class FastForward:
             if self.compiled:
                 formats_on = ", ".join(sorted(self.compiled))
                 self.compiled_note = f"on for {formats_on}" + (f" (not for {reason})" if reason else "")
-                self.kinds.append(f"compiled small step (C++: chunks of up to {MAX_SMALL_CHUNK} rows, {formats_on})")
+                self.kinds.append(f"compiled step (C++, {formats_on})")
             else:
                 self.compiled_note = f"off: {reason}"
 
@@ -204,27 +204,27 @@ class FastForward:
         keep: torch.Tensor,
         greedy_only: bool = False,
         allowed: torch.Tensor | None = None,
-        small: SmallStepTables | None = None,
+        tables: ChunkTables | None = None,
     ) -> torch.Tensor:
         """greedy_only: every sampled row only takes the likeliest token (no penalty, bias, logprobs), so the LM head
         may compute the logits of the leading candidates exactly and the others approximately; allowed [rows, vocab]:
-        the tokens grammars allow (the candidates are the leading allowed ones); small: the short chunks' tables,
-        for the compiled step."""
+        the tokens grammars allow (the candidates are the leading allowed ones); tables: the step's chunks and page
+        tables, for the compiled step (without them the Python layers run)."""
         n = input_ids.shape[0]
         hidden = self.embed(input_ids)
         cos, sin = self.rotary(hidden.unsqueeze(0), positions.unsqueeze(0))
         self.last_format = self.choice.format_for(n)
-        step = self.compiled.get(self.last_format) if small is not None else None
+        step = self.compiled.get(self.last_format) if tables is not None else None
         self.last_compiled = False
         if step is not None and ctx.cache.storage.dtype == torch.float32:
             try:
-                hidden = step.forward(hidden, cos[0], sin[0], ctx.cache.storage, small.chunks, small.pages)
+                hidden = step.forward(hidden, cos[0], sin[0], ctx.cache.storage, tables.chunks, tables.pages)
                 self.last_compiled = True
             except RuntimeError as exc:  # never lose the step: the Python layers below redo it (and its KV writes)
                 log.warning("compiled step failed (%s); the Python lean forward runs from now on", exc)
                 self.compiled = {}
                 self.compiled_note = f"off: failed while running: {str(exc).splitlines()[0][:200]}"
-                self.kinds = [k for k in self.kinds if not k.startswith("compiled small step")]
+                self.kinds = [k for k in self.kinds if not k.startswith("compiled step")]
         if not self.last_compiled:
             hidden = self._layers(ctx, hidden, cos[0].unsqueeze(1), sin[0].unsqueeze(1))  # [N, 1, dim]: over heads
         hidden = F.rms_norm(hidden.index_select(0, keep), self.norm_shape, self.final_norm, self.eps)
@@ -260,7 +260,7 @@ class FastForward:
 
 _ATTR = "_studio_fast_forward"
 _REJECTED = "_studio_fast_forward_rejected"
-# prefill (longer than the compiled step takes), a chunk over cached pages, two decode steps
+# prefill (longer than the compiled step's attention loops take), a chunk over cached pages, two decode steps
 CHECK_STAGES = ((0, 20), (20, 4), (24, 1), (25, 1))
 TOLERANCE = {torch.float32: 1e-3, torch.bfloat16: 5e-2, torch.float16: 2e-2}  # of the logits' scale
 # weight formats' own rounding: a sanity bound (a layout bug is off by the logits' whole scale), not an accuracy claim
@@ -276,7 +276,7 @@ class FastPathCheck:
     tolerance: float
     stages: str = (
         "prefill 20, chunked prefill 4 over cached pages, decode 2 over cached pages (seed 0), through the Python "
-        "layers and the compiled small step"
+        "layers and the compiled step"
     )
 
     def describe(self) -> str:
@@ -318,7 +318,7 @@ def rejected_check(model: nn.Module) -> FastPathCheck | None:
 def check_against_transformers(model: nn.Module, fast: FastForward) -> FastPathCheck:
     """Both forwards over a seeded random sequence: the lean one step by step through a scratch page pool
     (prefill, a chunk over cached pages, decodes over cached pages; through its Python layers, and again with the
-    compiled small step where there is one), transformers' in one pass."""
+    compiled step where there is one), transformers' in one pass."""
     param = next(model.parameters())
     device, dtype = param.device, param.dtype
     total = sum(CHECK_STAGES[-1])
@@ -337,8 +337,8 @@ def check_against_transformers(model: nn.Module, fast: FastForward) -> FastPathC
         with torch.inference_mode():
             for start, count in CHECK_STAGES:
                 batch = pack([ScheduledChunk(request, count, start, samples=True)], cache)
-                small = batch.small if compiled else None
-                ours = fast(batch.context, batch.input_ids, batch.positions, batch.keep, small=small).float()[0]
+                tables = batch.tables if compiled else None
+                ours = fast(batch.context, batch.input_ids, batch.positions, batch.keep, tables=tables).float()[0]
                 expected = reference[start + count - 1]
                 scale = expected.abs().max().clamp_min(1e-6)
                 worst = max(worst, float((ours - expected).abs().max() / scale))

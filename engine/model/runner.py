@@ -56,7 +56,7 @@ class ModelRunner:
         """optimize: the lean forward where the architecture allows, else the transformers modules with fused,
         reversible kernels; off: the transformers forward as it is (with paged attention). formats: weight formats
         the lean forward may use besides the model's own, the fastest per batch size (model/formats.py). compiled:
-        the lean forward's short chunks as one C++ call where it builds (model/compiled_step.py)."""
+        every layer of the lean forward's steps in one C++ call where it builds (model/compiled_step.py)."""
         prepare_model(model)
         self.model = model
         self.cache = cache
@@ -79,7 +79,7 @@ class ModelRunner:
         if self.fast is not None:
             allowed = grammar_masks(batch.sampling_chunks, self.vocab_size) if batch.greedy_only else None
             logits = self.fast(
-                batch.context, batch.input_ids, batch.positions, batch.keep, batch.greedy_only, allowed, batch.small
+                batch.context, batch.input_ids, batch.positions, batch.keep, batch.greedy_only, allowed, batch.tables
             ).float()
             weight_format = self.fast.last_format
         else:

@@ -1,10 +1,11 @@
-// The lean forward's small steps (decode rows and short verified drafts) as one C++ call for all layers.
+// The lean forward's layers as one C++ call for every step of a Llama-family model on a CPU.
 //
-// Why: at one row a Llama-family layer is four weight-bound matrix products and ~40 small tensor ops; from Python
-// each of those ops costs a few microseconds of dispatch, about half of a 135M model's decode step on a CPU. Here
-// the matrix products call the same kernels the Python path calls (oneDNN prepacked, torch's int8/int4 weight-only
-// ones) and everything between them (RMSNorm, rotary, the paged KV write, attention over the pages, SiLU*mul, the
-// residual adds) is plain loops over float32, in the same order of operations as the Python path.
+// Why: at a few rows a layer is four weight-bound matrix products and ~40 small tensor ops; from Python each of
+// those ops costs a few microseconds of dispatch, about half of a 135M model's decode step on a CPU. Here the
+// matrix products, SiLU*mul and long chunks' attention call the same ATen kernels the Python path calls (oneDNN
+// prepacked, torch's int8/int4 weight-only, SDPA), and the small work between them (RMSNorm, rotary, the paged KV
+// write, short chunks' attention over their pages, residual adds) is plain loops over float32, in the Python path's
+// order of operations.
 //
 // Built at run time by engine/model/compiled_step.py (a C++ compiler, torch's headers); registered as the torch
 // class studio.DecodeModel.
@@ -26,6 +27,7 @@ using at::Tensor;
 namespace {
 
 enum Kind : int64_t { PACKED = 0, INT8 = 1, INT4 = 2 };
+constexpr int64_t LOOP_ROWS = 16;  // longer chunks (prompts) attend through SDPA's blocked kernels
 
 struct Linear {
   int64_t kind = PACKED;
@@ -139,10 +141,37 @@ struct DecodeModel : torch::CustomClassHolder {
     lin.input = bfloat16_input ? at::kBFloat16 : at::kFloat;
   }
 
+  // One long chunk (a prompt) over its pages with SDPA, as the Python layers do: causal over the chunk, and over
+  // the cached tokens before it; a sliding window masks what lies beyond it.
+  void attend_long(const Tensor& layer_cache, const int64_t* meta, const Tensor& table, const Tensor& q_rot,
+                   int64_t sliding, Tensor& attended) {
+    const int64_t first = meta[0], rows = meta[1], start = meta[2], context = start + rows;
+    const int64_t page_size = layer_cache.size(3);
+    const int64_t used = (context + page_size - 1) / page_size;
+    Tensor index = table.narrow(0, 0, used);
+    auto gather = [&](int64_t which) {
+      return layer_cache[which].index_select(1, index).view({1, kv_heads, used * page_size, head_dim})
+          .narrow(2, 0, context);
+    };
+    Tensor keys = gather(0), values = gather(1);
+    Tensor q = q_rot.narrow(0, first, rows).view({rows, heads, head_dim}).transpose(0, 1).unsqueeze(0);
+    std::optional<Tensor> mask;
+    if (start > 0 || sliding > 0) {
+      Tensor q_pos = at::arange(start, context, table.options()).unsqueeze(1);
+      Tensor k_pos = at::arange(context, table.options()).unsqueeze(0);
+      Tensor allowed = k_pos.le(q_pos);
+      if (sliding > 0) allowed.logical_and_(k_pos.gt(q_pos - sliding));
+      mask = allowed;
+    }
+    Tensor out = at::scaled_dot_product_attention(q, keys, values, mask, 0.0, !mask.has_value(), scale,
+                                                  heads != kv_heads);
+    attended.narrow(0, first, rows).copy_(out[0].transpose(0, 1).reshape({rows, heads * head_dim}));
+  }
+
   // hidden [n, hidden] float32 (the embeddings), cos/sin [n, head_dim] float32, storage the KV pages
   // [layers, 2, kv_heads, pages, page_size, head_dim] float32; chunks [c, 3] int64: (first row, rows, first position)
-  // per sequence; pages [c, max_pages] int64: each sequence's page table. Every row attends causally to its
-  // sequence's earlier tokens and itself. Returns the last layer's hidden states [n, hidden].
+  // per sequence, rows in order; pages [c, max_pages] int64: each sequence's page table. Every row attends causally
+  // to its sequence's earlier tokens and itself. Returns the last layer's hidden states [n, hidden].
   Tensor forward(Tensor hidden, Tensor cos, Tensor sin, Tensor storage, Tensor chunks, Tensor pages) {
     TORCH_CHECK(hidden.scalar_type() == at::kFloat && storage.scalar_type() == at::kFloat, "float32 only");
     hidden = hidden.contiguous().clone();
@@ -209,6 +238,7 @@ struct DecodeModel : torch::CustomClassHolder {
         for (int64_t job = begin; job < end; ++job) {
           const int64_t c = job / kv_heads, kh = job % kv_heads;
           const int64_t first = chunk[c * 3], rows = chunk[c * 3 + 1], start = chunk[c * 3 + 2];
+          if (rows > LOOP_ROWS) continue;
           for (int64_t i = 0; i < rows; ++i) {
             const int64_t pos = start + i;
             const int64_t lo = sliding > 0 ? std::max<int64_t>(0, pos + 1 - sliding) : 0;
@@ -243,6 +273,11 @@ struct DecodeModel : torch::CustomClassHolder {
         }
       });
 
+      for (int64_t c = 0; c < num_chunks; ++c) {
+        const int64_t rows = chunk[c * 3 + 1];
+        if (rows > LOOP_ROWS) attend_long(storage[layer], chunk + c * 3, pages[c], q_rot, sliding, attended);
+      }
+
       Tensor o = run_linear(lin[1], attended);
       const float* o_p = o.data_ptr<float>();
 #pragma omp simd
@@ -251,17 +286,9 @@ struct DecodeModel : torch::CustomClassHolder {
       Tensor x2 = at::empty({n, hidden_size}, hidden.options().dtype(lin[2].input));
       rms_norm(h, post_norm[layer].data_ptr<float>(), n, hidden_size, eps, x2);
       Tensor gate_up = run_linear(lin[2], x2);
-      const float* gu = gate_up.data_ptr<float>();
-      Tensor act = at::empty({n, intermediate}, hidden.options().dtype(lin[3].input));
-      const Sink act_out(act);
-      for (int64_t r = 0; r < n; ++r) {
-        const float* g = gu + r * 2 * intermediate;
-        const float* u = g + intermediate;
-        for (int64_t i = 0; i < intermediate; ++i) {
-          const float silu = g[i] / (1.f + std::exp(-g[i]));
-          act_out.put(r * intermediate + i, silu * u[i]);
-        }
-      }
+      // as the Python layers compute it (torch's vectorised SiLU), cast for the down projection's kernel
+      Tensor act = at::silu(gate_up.narrow(1, 0, intermediate)).mul_(gate_up.narrow(1, intermediate, intermediate));
+      if (lin[3].input != at::kFloat) act = act.to(lin[3].input);
       Tensor down = run_linear(lin[3], act);
       const float* d_p = down.data_ptr<float>();
 #pragma omp simd
