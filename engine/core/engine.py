@@ -258,7 +258,8 @@ class Engine:
             result = self.runner.execute(scheduled.chunks)
             chunks = result.sampling_chunks
             sampled = [c.request for c in chunks]
-            tokens = self.sampler.sample(result.logits, sampled, [c.draft for c in chunks]) if sampled else []
+            drafts = [c.draft for c in chunks]
+            tokens = self.sampler.sample(result.logits, sampled, drafts, result.grammar_applied) if sampled else []
             logprobs = None
             if any(r.params.logprobs is not None for r in sampled):
                 logprobs = token_logprobs(result.logits, sampled, tokens, self._token_text)

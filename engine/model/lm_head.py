@@ -43,6 +43,6 @@ class LMHead:
         exact = torch.bmm(rows, hidden.float().unsqueeze(-1)).squeeze(-1)
         if self.bias is not None:
             exact += self.bias[top]
-        logits = logits.scatter_(-1, top, exact)
-        # fewer allowed tokens than candidates: the disallowed ones among them got a value back
-        return logits if allowed is None else logits.masked_fill_(~allowed, float("-inf"))
+        if allowed is not None:  # fewer allowed tokens than candidates: the disallowed ones among them stay -inf
+            exact.masked_fill_(~allowed.gather(-1, top), float("-inf"))
+        return logits.scatter_(-1, top, exact)

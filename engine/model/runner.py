@@ -24,6 +24,7 @@ class ForwardResult:
     sampling_chunks: list[ScheduledChunk]
     forward_s: float
     weight_format: str = ""  # the format the step's linears ran in
+    grammar_applied: bool = False  # the logits already carry the grammars' masks (the greedy LM head applied them)
 
 
 def prepare_model(model: torch.nn.Module) -> None:
@@ -76,6 +77,7 @@ class ModelRunner:
         batch = pack(chunks, self.cache)
         started = time.perf_counter()
         weight_format = ""
+        allowed = None
         if self.fast is not None:
             allowed = grammar_masks(batch.sampling_chunks, self.vocab_size) if batch.greedy_only else None
             logits = self.fast(
@@ -91,4 +93,5 @@ class ModelRunner:
                     logits_to_keep=batch.keep,
                 )
             logits = output.logits[0].float()
-        return ForwardResult(logits, batch.sampling_chunks, time.perf_counter() - started, weight_format)
+        elapsed = time.perf_counter() - started
+        return ForwardResult(logits, batch.sampling_chunks, elapsed, weight_format, allowed is not None)

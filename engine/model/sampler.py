@@ -61,11 +61,14 @@ def ban_end_tokens(
 
 
 @torch.inference_mode()  # the runner's logits are inference tensors: changed in place only in inference mode
-def apply_constraints(logits: torch.Tensor, requests: Sequence[Request], in_place: bool = False) -> torch.Tensor:
+def apply_constraints(
+    logits: torch.Tensor, requests: Sequence[Request], in_place: bool = False, grammar_applied: bool = False
+) -> torch.Tensor:
     """Each row's logit bias, and its grammar's mask (tokens the grammar does not allow next get -inf). in_place:
-    the caller does not need the raw logits any more (no request of the step asked for logprobs), so no copy."""
+    the caller does not need the raw logits any more (no request of the step asked for logprobs), so no copy;
+    grammar_applied: the LM head already gave the disallowed tokens -inf (model/lm_head.py)."""
     biased = [i for i, r in enumerate(requests) if r.params.logit_bias]
-    grammar = [i for i, r in enumerate(requests) if r.matcher is not None]
+    grammar = [] if grammar_applied else [i for i, r in enumerate(requests) if r.matcher is not None]
     if not biased and not grammar:
         return logits
     if not in_place:
@@ -115,16 +118,22 @@ class Sampler:
             self.generator.seed()
 
     def sample(
-        self, logits: torch.Tensor, requests: Sequence[Request], drafts: Sequence[Sequence[int]] | None = None
+        self,
+        logits: torch.Tensor,
+        requests: Sequence[Request],
+        drafts: Sequence[Sequence[int]] | None = None,
+        grammar_applied: bool = False,
     ) -> list[list[int]]:
         """The tokens each request gains this step, from logits [rows, vocab] (float32, any device): one token, or
-        for a request with a draft (1 + len(draft) rows) the accepted draft tokens and one more."""
+        for a request with a draft (1 + len(draft) rows) the accepted draft tokens and one more. grammar_applied:
+        the logits already carry the grammars' masks."""
         drafts = drafts or [()] * len(requests)
         per_row = [r for r, d in zip(requests, drafts, strict=True) for _ in range(len(d) + 1)]
         made = [len(r.output_ids) + j for r, d in zip(requests, drafts, strict=True) for j in range(len(d) + 1)]
         logits = ban_end_tokens(logits, per_row, made, self.eos_ids)
         # the raw logits are read again only for logprobs (token_logprobs), so otherwise they are changed in place
-        logits = apply_constraints(logits, per_row, in_place=not any(r.params.logprobs is not None for r in requests))
+        in_place = not any(r.params.logprobs is not None for r in requests)
+        logits = apply_constraints(logits, per_row, in_place=in_place, grammar_applied=grammar_applied)
         if all(r.params.greedy and r.params.repetition_penalty == 1.0 for r in requests):
             targets = logits.argmax(dim=-1).tolist()
             return _verify_greedy(targets, drafts)
