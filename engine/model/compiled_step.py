@@ -22,7 +22,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -47,7 +47,9 @@ class CompileUnavailable(RuntimeError):
 
 @dataclass
 class _State:
-    lock = threading.Lock()
+    """This process's outcome: the library loaded, or why not (kept: a build is tried once per process)."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
     loaded: Path | None = None
     failure: str | None = None
 
