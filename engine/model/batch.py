@@ -10,6 +10,7 @@ import torch
 
 from engine.core.scheduler import ScheduledChunk
 from engine.model.attention import PagedKVCache, PrefillSlice, StepContext
+from engine.model.lm_head import CANDIDATES, MAX_TOP_K, TOP_K_MARGIN
 
 
 @dataclass
@@ -28,7 +29,11 @@ class PackedBatch:
     keep: torch.Tensor  # rows whose logits are sampled: one per sampling chunk, 1 + draft for a verified draft
     context: StepContext
     sampling_chunks: list[ScheduledChunk]
-    greedy_only: bool = False  # every sampled row takes the likeliest token with no processing of its logits
+    #: every sampled row picks among its likeliest tokens (greedy, or top-k sampling without bias or logprobs): how
+    #: many leading candidates per row the LM head must compute exactly (model/lm_head.py); None: every logit
+    leading: int | None = None
+    #: per sampled row, tokens whose logits a repetition penalty changes (the LM head computes them exactly too)
+    penalized: list[list[int]] | None = None
     tables: ChunkTables | None = None
 
 
@@ -119,7 +124,8 @@ def pack(chunks: list[ScheduledChunk], cache: PagedKVCache) -> PackedBatch:
     )
     sampling = [c for c in ordered if c.samples]
     return PackedBatch(
-        greedy_only=bool(sampling) and all(_plain_greedy(c.request.params) for c in sampling),
+        leading=_leading(sampling),
+        penalized=_penalized(sampling),
         input_ids=torch.tensor(input_ids, dtype=torch.long, device=device),
         positions=torch.tensor(positions, dtype=torch.long, device=device),
         keep=torch.tensor(keep, dtype=torch.long, device=device),
@@ -129,12 +135,34 @@ def pack(chunks: list[ScheduledChunk], cache: PagedKVCache) -> PackedBatch:
     )
 
 
-def _plain_greedy(params) -> bool:
-    """Takes the likeliest token of logits nothing changes but a ban of end tokens (which only removes candidates)
-    and a grammar's mask (applied to the LM head's logits before it picks its candidates: grammar_masks())."""
-    return (
-        params.greedy and params.repetition_penalty == 1.0 and not params.logit_bias and params.logprobs is None
-    )  # fmt: skip
+def _leading(sampling: Sequence[ScheduledChunk]) -> int | None:
+    """The exact candidates every sampled row needs, or None when some row needs every logit: a logit bias (it may
+    lift any token), logprobs (reported for the whole vocabulary), or sampling beyond a few hundred tokens. A grammar's
+    mask and a ban of end tokens only remove candidates, and repetition penalties are handled by _penalized."""
+    counts = []
+    for chunk in sampling:
+        params = chunk.request.params
+        if params.logit_bias or params.logprobs is not None:
+            return None
+        if params.greedy:  # a penalty lowers some leaders: more candidates, so the penalised pick is still exact
+            counts.append(CANDIDATES if params.repetition_penalty == 1.0 else CANDIDATES + TOP_K_MARGIN)
+        elif 0 < params.top_k <= MAX_TOP_K:
+            counts.append(params.top_k + TOP_K_MARGIN)
+        else:
+            return None
+    return max(counts) if counts else None
+
+
+def _penalized(sampling: Sequence[ScheduledChunk]) -> list[list[int]] | None:
+    """Per sampled row (1 + draft rows per chunk), the tokens its repetition penalty lowers; None if no row has one."""
+    if all(c.request.params.repetition_penalty == 1.0 for c in sampling):
+        return None
+    rows = []
+    for chunk in sampling:
+        request = chunk.request
+        seen = sorted(set(request.all_ids) | set(chunk.draft)) if request.params.repetition_penalty != 1.0 else []
+        rows.extend([seen] * (1 + len(chunk.draft)))
+    return rows
 
 
 def grammar_masks(sampling: Sequence[ScheduledChunk], vocab: int) -> torch.Tensor | None:

@@ -202,14 +202,15 @@ class FastForward:
         input_ids: torch.Tensor,
         positions: torch.Tensor,
         keep: torch.Tensor,
-        greedy_only: bool = False,
+        leading: int | None = None,
         allowed: torch.Tensor | None = None,
         tables: ChunkTables | None = None,
+        penalized: list[list[int]] | None = None,
     ) -> torch.Tensor:
-        """greedy_only: every sampled row only takes the likeliest token (no penalty, bias, logprobs), so the LM head
-        may compute the logits of the leading candidates exactly and the others approximately; allowed [rows, vocab]:
-        the tokens grammars allow (the candidates are the leading allowed ones); tables: the step's chunks and page
-        tables, for the compiled step (without them the Python layers run)."""
+        """leading: every sampled row picks among its `leading` likeliest tokens (greedy, top-k), so the LM head may
+        compute those exactly and the others approximately (lm_head.py), and `penalized` ids per row exactly too;
+        allowed [rows, vocab]: the tokens grammars allow (the candidates are the leading allowed ones); tables: the
+        step's chunks and page tables, for the compiled step (without them the Python layers run)."""
         n = input_ids.shape[0]
         hidden = self.embed(input_ids)
         cos, sin = self.rotary(hidden.unsqueeze(0), positions.unsqueeze(0))
@@ -228,7 +229,9 @@ class FastForward:
         if not self.last_compiled:
             hidden = self._layers(ctx, hidden, cos[0].unsqueeze(1), sin[0].unsqueeze(1))  # [N, 1, dim]: over heads
         hidden = F.rms_norm(hidden.index_select(0, keep), self.norm_shape, self.final_norm, self.eps)
-        return self.lm_head.greedy(hidden, allowed) if greedy_only else self.lm_head.exact(hidden)
+        if leading is None:
+            return self.lm_head.exact(hidden)
+        return self.lm_head.leading(hidden, leading, allowed, penalized)
 
     def _layers(self, ctx: StepContext, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         """Every decoder layer in Python: the hidden states after the last one."""

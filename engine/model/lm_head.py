@@ -1,5 +1,6 @@
-"""The LM head: float32 logits, or, for steps that only pick the likeliest token, bfloat16 logits with the leading
-candidates recomputed in float32 (half the bytes of the largest matrix; the pick is the float32 one)."""
+"""The LM head: float32 logits, or, for steps that only pick among the likeliest tokens (greedy, or top-k sampling),
+bfloat16 logits with the leading candidates recomputed in float32 (half the bytes of the largest matrix; what is
+picked from is float32's)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from torch import nn
 from engine.model import formats
 
 CANDIDATES = 8  # recomputed exactly; bfloat16's rounding (about 0.1 of a logit) never reorders a lead wider than that
+TOP_K_MARGIN = 32  # top-k sampling: candidates recomputed beyond k, so bfloat16 does not decide who is k-th
+MAX_TOP_K = 256  # above this, computing the exact head costs less than the candidates
 
 
 class LMHead:
@@ -32,17 +35,40 @@ class LMHead:
     def greedy(self, hidden: torch.Tensor, allowed: torch.Tensor | None = None) -> torch.Tensor:
         """allowed [rows, vocab]: only these tokens may be picked (a grammar's mask); the others get -inf, before the
         candidates are chosen, so the likeliest allowed token is among the exact ones."""
+        return self.leading(hidden, CANDIDATES, allowed)
+
+    def leading(
+        self,
+        hidden: torch.Tensor,
+        count: int,
+        allowed: torch.Tensor | None = None,
+        extra: list[list[int]] | None = None,
+    ) -> torch.Tensor:
+        """Logits whose `count` best (allowed) tokens per row, and each row's `extra` ids (tokens a repetition penalty
+        lowers, which may fall below others), are float32's; the rest bfloat16's."""
         if self.fast is None or not hidden.shape[0]:
             logits = self.exact(hidden)
             return logits if allowed is None else logits.masked_fill_(~allowed, float("-inf"))
         logits = self.fast(hidden)
         if allowed is not None:
             logits.masked_fill_(~allowed, float("-inf"))
-        top = torch.topk(logits, CANDIDATES, dim=-1).indices  # [rows, K]
-        rows = self.weight.index_select(0, top.reshape(-1)).view(*top.shape, -1)  # [rows, K, hidden]
+        top = torch.topk(logits, min(count, logits.shape[-1]), dim=-1).indices  # [rows, count]
+        self._recompute(logits, hidden, top, allowed)
+        for row, ids in enumerate(extra or ()):
+            if ids:
+                index = torch.tensor(ids, dtype=torch.long, device=logits.device).unsqueeze(0)
+                self._recompute(logits[row : row + 1], hidden[row : row + 1], index, None if allowed is None else
+                                allowed[row : row + 1])  # fmt: skip
+        return logits
+
+    def _recompute(
+        self, logits: torch.Tensor, hidden: torch.Tensor, ids: torch.Tensor, allowed: torch.Tensor | None
+    ) -> None:
+        """logits[r, ids[r]] = the float32 head's values (disallowed ones stay -inf)."""
+        rows = self.weight.index_select(0, ids.reshape(-1)).view(*ids.shape, -1)  # [rows, n, hidden]
         exact = torch.bmm(rows, hidden.float().unsqueeze(-1)).squeeze(-1)
         if self.bias is not None:
-            exact += self.bias[top]
+            exact += self.bias[ids]
         if allowed is not None:  # fewer allowed tokens than candidates: the disallowed ones among them stay -inf
-            exact.masked_fill_(~allowed.gather(-1, top), float("-inf"))
-        return logits.scatter_(-1, top, exact)
+            exact.masked_fill_(~allowed.gather(-1, ids), float("-inf"))
+        logits.scatter_(-1, ids, exact)

@@ -24,7 +24,7 @@ class ForwardResult:
     sampling_chunks: list[ScheduledChunk]
     forward_s: float
     weight_format: str = ""  # the format the step's linears ran in
-    grammar_applied: bool = False  # the logits already carry the grammars' masks (the greedy LM head applied them)
+    grammar_applied: bool = False  # the logits already carry the grammars' masks (the LM head applied them)
 
 
 def prepare_model(model: torch.nn.Module) -> None:
@@ -79,10 +79,12 @@ class ModelRunner:
         weight_format = ""
         allowed = None
         if self.fast is not None:
-            allowed = grammar_masks(batch.sampling_chunks, self.vocab_size) if batch.greedy_only else None
+            leading = batch.leading
+            allowed = grammar_masks(batch.sampling_chunks, self.vocab_size) if leading is not None else None
             logits = self.fast(
-                batch.context, batch.input_ids, batch.positions, batch.keep, batch.greedy_only, allowed, batch.tables
-            ).float()
+                batch.context, batch.input_ids, batch.positions, batch.keep, leading, allowed, batch.tables,
+                batch.penalized,
+            ).float()  # fmt: skip
             weight_format = self.fast.last_format
         else:
             with attention.step_context(batch.context):

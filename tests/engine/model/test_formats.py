@@ -9,6 +9,7 @@ import torch
 
 from engine.model import formats
 from engine.model.formats import BFLOAT16, FLOAT32, FormatChoice, FormattedLinear, measure
+from engine.types import SamplingParams
 
 
 def test_each_bucket_takes_the_format_measured_fastest() -> None:
@@ -149,3 +150,50 @@ def test_the_greedy_lm_head_picks_the_likeliest_allowed_token_when_a_grammar_mas
     assert torch.equal(greedy.argmax(-1), expected.argmax(-1))
     assert torch.isinf(greedy[1:, :500]).all() and torch.isfinite(greedy[1:, 500:503]).all()
     assert torch.allclose(greedy[1:, 500:503], exact[1:, 500:503], atol=1e-5)  # the allowed ones are exact
+
+
+def test_top_k_sampling_gets_its_candidates_and_penalised_tokens_exact() -> None:
+    """The LM head's leading path for top-k sampling: the k best (and a margin) and each row's penalised tokens are
+    float32's, so the sampler's candidates and their probabilities are what the float32 head gives."""
+    from engine.model.lm_head import TOP_K_MARGIN
+    from engine.model.sampler import apply_repetition_penalty, candidates
+    from engine.types import SamplingParams
+
+    head = _greedy_head(seed=2)
+    hidden = torch.randn(4, 64)
+    seen = [[5, 900, 17], [], [1, 2, 3], [999]]
+    params = SamplingParams(temperature=0.7, top_k=40, top_p=0.95, repetition_penalty=1.3)
+    with torch.inference_mode():
+        exact = head.exact(hidden)
+        approx = head.leading(hidden, params.top_k + TOP_K_MARGIN, None, seen)
+    for row, ids in enumerate(seen):
+        if ids:
+            assert torch.allclose(approx[row, ids], exact[row, ids], atol=1e-5)
+        want_ids, want = candidates(apply_repetition_penalty(exact[row], ids, params.repetition_penalty), params)
+        got_ids, got = candidates(apply_repetition_penalty(approx[row], ids, params.repetition_penalty), params)
+        assert torch.equal(got_ids, want_ids)
+        assert torch.allclose(torch.softmax(got, -1), torch.softmax(want, -1), atol=1e-5)
+
+
+def test_which_steps_pick_among_leading_candidates() -> None:
+    from engine.core.request import Request
+    from engine.core.scheduler import ScheduledChunk
+    from engine.model.batch import _leading, _penalized
+    from engine.model.lm_head import CANDIDATES, TOP_K_MARGIN
+
+    def chunks(*params: SamplingParams) -> list[ScheduledChunk]:
+        return [ScheduledChunk(Request(f"r{i}", [3, 4, 3], p), 1, 2, True) for i, p in enumerate(params)]
+
+    greedy, top_k = SamplingParams(), SamplingParams(temperature=0.8, top_k=40)
+    assert _leading(chunks(greedy)) == CANDIDATES
+    assert _leading(chunks(greedy, top_k)) == 40 + TOP_K_MARGIN
+    assert _leading(chunks(SamplingParams(repetition_penalty=1.2))) == CANDIDATES + TOP_K_MARGIN
+    for needs_every_logit in (
+        SamplingParams(temperature=0.8),  # no top-k: the whole vocabulary may be drawn
+        SamplingParams(temperature=0.8, top_k=1000),
+        SamplingParams(logprobs=2),
+        SamplingParams(logit_bias=((7, 5.0),)),
+    ):
+        assert _leading(chunks(greedy, needs_every_logit)) is None
+    assert _penalized(chunks(greedy, top_k)) is None
+    assert _penalized(chunks(greedy, SamplingParams(repetition_penalty=1.2))) == [[], [3, 4]]

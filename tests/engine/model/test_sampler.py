@@ -132,3 +132,23 @@ def test_speculative_sampling_keeps_the_output_distribution() -> None:
     for _ in range(trials):
         counts[sampler.sample(logits, [request], [(1,)])[0][0]] += 1
     assert torch.allclose(counts / trials, torch.tensor([0.6, 0.3, 0.1]), atol=0.03)
+
+
+def test_top_k_draws_the_token_the_whole_row_would() -> None:
+    """With top-k the sampler works on the k candidates only; the same uniforms pick the same tokens as drawing from
+    the whole filtered row (ids kept in ascending order)."""
+    from engine.model.sampler import _inverse_cdf, candidates
+
+    generator = torch.Generator().manual_seed(5)
+    logits = torch.randn(5000, generator=generator) * 3
+    for params in (
+        SamplingParams(temperature=0.7, top_k=40, top_p=0.95),
+        SamplingParams(temperature=1.3, top_k=7, min_p=0.05),
+        SamplingParams(temperature=1.0, top_k=100),
+    ):
+        ids, kept = candidates(logits, params)
+        assert ids is not None and ids.tolist() == sorted(ids.tolist()) and len(ids) >= params.top_k
+        whole = torch.softmax(filter_logits(logits, params), dim=-1)
+        few = torch.softmax(kept, dim=-1)
+        for uniform in torch.rand(200, generator=generator).tolist():
+            assert int(ids[_inverse_cdf(few, uniform)]) == _inverse_cdf(whole, uniform)
