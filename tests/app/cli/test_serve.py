@@ -182,7 +182,8 @@ def test_a_client_leaving_a_whole_reply_cancels_it(tiny_server: ServedStudio, se
             f"{tiny_server.base_url}/chat/completions",
             json=body,
             headers={"Authorization": f"Bearer {server_api_key}"},
-            timeout=httpx.Timeout(0.5, connect=10),
+            # gone long before 1500 tokens can be made (about 0.6 s on 2 cores with the compiled step) and noticed
+            timeout=httpx.Timeout(0.1, connect=10),
         )
     tiny_server.wait_for_metric(aborted, lambda v: v == before + 1)
     tiny_server.wait_for_metric("vllm:kv_cache_usage_perc", lambda v: v == 0)
