@@ -71,7 +71,7 @@ class TranscriptView(QScrollArea):
         self._refresh_actions()
 
     def set_streaming_text(self, index: int, text: str) -> None:
-        self._views[index].set_content(text)
+        self._views[index].set_streaming_content(text)
 
     def append_tokens(self, index: int, entries) -> None:
         """A streaming reply's tokens with their probabilities (TokenEntry list), for its token view."""
