@@ -45,6 +45,10 @@ class CompileUnavailable(RuntimeError):
     """The compiled step can't be built or loaded here; the message says why in one line."""
 
 
+class NothingToBuildWith(CompileUnavailable):
+    """No compiler or no torch headers: how this machine or package is, not a fault (logged as information)."""
+
+
 @dataclass
 class _State:
     """This process's outcome: the library loaded, or why not (kept: a build is tried once per process)."""
@@ -69,7 +73,7 @@ def _compiler() -> str:
     for candidate in (os.environ.get("CXX"), "c++", "g++", "clang++"):
         if candidate and shutil.which(candidate):
             return shutil.which(candidate) or candidate
-    raise CompileUnavailable("no C++ compiler found (install g++ or clang, or set CXX)")
+    raise NothingToBuildWith("no C++ compiler found (install g++ or clang, or set CXX)")
 
 
 def _flags() -> list[str]:
@@ -77,7 +81,7 @@ def _flags() -> list[str]:
 
     headers = cpp_extension.include_paths()
     if not any((Path(path) / "ATen" / "ATen.h").exists() for path in headers):
-        raise CompileUnavailable("torch's C++ headers are not installed here (a packaged studio ships without them)")
+        raise NothingToBuildWith("torch's C++ headers are not installed here (a packaged studio ships without them)")
     includes = [f"-I{path}" for path in headers]
     libs = cpp_extension.library_paths()
     abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
@@ -156,7 +160,8 @@ def ensure_loaded(progress: Callable[[str], None] | None = None) -> bool:
                 torch.ops.load_library(str(target))
         except (CompileUnavailable, ImportError, OSError, RuntimeError) as exc:
             _state.failure = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            log.warning("compiled decode step unavailable: %s; the Python lean forward runs instead", _state.failure)
+            level = logging.INFO if isinstance(exc, NothingToBuildWith) else logging.WARNING
+            log.log(level, "compiled decode step unavailable: %s; the Python lean forward runs instead", _state.failure)
             return False
         _state.loaded = target
         log.info("compiled decode step loaded from %s", target)
