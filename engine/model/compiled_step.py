@@ -114,11 +114,12 @@ def _cpu_identity() -> str:
 
 
 def _compile(compiler: str, target: Path, progress: Callable[[str], None] | None) -> None:
+    flags = _flags()  # before the progress message: without torch's headers there is nothing to compile
     if progress is not None:
         progress("compiling the decode step for this CPU (first start only)")
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
-    command = [compiler, str(SOURCE), "-o", str(partial), *_flags()]
+    command = [compiler, str(SOURCE), "-o", str(partial), *flags]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S)
     except subprocess.TimeoutExpired:
@@ -148,6 +149,8 @@ def ensure_loaded(progress: Callable[[str], None] | None = None) -> bool:
             return False
         try:
             compiler = _compiler()
+            if not SOURCE.exists():
+                raise NothingToBuildWith("its source is not part of this installation (a packaged studio)")
             target = _library_path(compiler)
             if not target.exists():
                 _compile(compiler, target, progress)

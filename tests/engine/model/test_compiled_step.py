@@ -207,3 +207,20 @@ def test_a_damaged_cached_library_is_built_again(tmp_path: Path) -> None:
 def test_turned_off_by_the_environment(tmp_path: Path) -> None:
     out = _in_a_fresh_process(REPORT, {compiled_step.DISABLE_ENV: "0"}, tmp_path)
     assert out == f"False | turned off ({compiled_step.DISABLE_ENV}=0)"
+
+
+def test_a_package_without_the_source_says_so_as_information(tmp_path: Path) -> None:
+    """A frozen studio ships neither the C++ source nor torch's headers: the Python layers run, said at INFO."""
+    code = """
+        import logging, pathlib
+        records = []
+        logging.getLogger("engine.model.compiled_step").addHandler(logging.Handler())
+        logging.getLogger("engine.model.compiled_step").handlers[0].emit = records.append
+        logging.getLogger("engine.model.compiled_step").setLevel(logging.INFO)
+        from engine.model import compiled_step
+        compiled_step.SOURCE = pathlib.Path("/nonexistent/decode_step.cpp")
+        ok = compiled_step.ensure_loaded()
+        print(ok, "|", compiled_step.failure_reason(), "|", [r.levelname for r in records])
+    """
+    out = _in_a_fresh_process(code, {}, tmp_path)
+    assert out == "False | its source is not part of this installation (a packaged studio) | ['INFO']"
