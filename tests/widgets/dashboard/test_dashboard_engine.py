@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from engine.types import SamplingParams
@@ -22,14 +24,17 @@ def worker(tiny_loaded_for_widgets):
     thread.shutdown()
 
 
-def test_two_chats_stream_into_the_page_map_and_free_it(qtbot, worker) -> None:
+def test_two_chats_stream_into_the_page_map_and_free_it(qtbot, worker, monkeypatch) -> None:
     engine = worker.engine
+    # the 10 Hz poll must catch both chats holding pages however fast the kernels make 120 tokens: 5 ms a step
+    step = engine.step
+    monkeypatch.setattr(engine, "step", lambda: (time.sleep(0.005), step())[1])
     dashboard = DashboardWidget(engine.metrics.snapshot, MemoryInfo(1, engine.cache.nbytes))
     qtbot.addWidget(dashboard)
     dashboard.resize(1200, 1000)
     dashboard.show()
     page_map = dashboard.panels["page_map"]
-    # long replies (ignore EOS) so the 10 Hz poll surely catches both chats holding pages at once
+    # long replies (ignore EOS), paced above, so the 10 Hz poll surely catches both chats holding pages at once
     params = SamplingParams(max_tokens=120, ignore_eos=True)
     first = worker.submit([5, 6, 7, 8, 9, 10, 11], params=params, tag="Chat A")
     second = worker.submit([12, 13, 14, 15, 16], params=params, tag="Chat B")
