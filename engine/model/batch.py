@@ -94,8 +94,9 @@ def _chunk_tables(ordered: list[ScheduledChunk], page_size: int, device) -> Chun
     )
 
 
-def pack(chunks: list[ScheduledChunk], cache: PagedKVCache) -> PackedBatch:
-    """Decode rows go first: they share one batched attention call."""
+def pack(chunks: list[ScheduledChunk], cache: PagedKVCache, tables: bool = False) -> PackedBatch:
+    """Decode rows go first: they share one batched attention call. tables: the compiled step will run this batch
+    (it reads ChunkTables; nothing else does, so other steps don't build them)."""
     ps, device = cache.page_size, cache.storage.device
     decodes = [c for c in chunks if c.is_decode]
     prefills = [c for c in chunks if not c.is_decode]
@@ -123,15 +124,16 @@ def pack(chunks: list[ScheduledChunk], cache: PagedKVCache) -> PackedBatch:
         prefills=_prefill_slices(prefills, len(decodes), ps, device),
     )
     sampling = [c for c in ordered if c.samples]
+    leading = _leading(sampling)
     return PackedBatch(
-        leading=_leading(sampling),
-        penalized=_penalized(sampling),
+        leading=leading,
+        penalized=_penalized(sampling) if leading is not None else None,  # only the leading path reads them
         input_ids=torch.tensor(input_ids, dtype=torch.long, device=device),
         positions=torch.tensor(positions, dtype=torch.long, device=device),
         keep=torch.tensor(keep, dtype=torch.long, device=device),
         context=context,
         sampling_chunks=sampling,
-        tables=_chunk_tables(ordered, ps, device) if ordered else None,
+        tables=_chunk_tables(ordered, ps, device) if tables and ordered else None,
     )
 
 

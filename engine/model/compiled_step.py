@@ -175,12 +175,6 @@ def failure_reason() -> str | None:
     return _state.failure
 
 
-def _reset_for_tests() -> None:
-    """Forget this process's outcome (tests inject faults; a library once loaded stays loaded)."""
-    with _state.lock:
-        _state.failure = None
-
-
 def _linear_spec(module: nn.Module) -> tuple | None:
     """(kind, a, b, bias, group, bfloat16 input) for the kernels the C++ step calls, or None for others."""
     if isinstance(module, Int8Linear):

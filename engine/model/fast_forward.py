@@ -339,9 +339,9 @@ def check_against_transformers(model: nn.Module, fast: FastForward) -> FastPathC
         request.page_table = list(reversed(range(cache.num_pages)))  # pages out of order, as a busy pool hands out
         with torch.inference_mode():
             for start, count in CHECK_STAGES:
-                batch = pack([ScheduledChunk(request, count, start, samples=True)], cache)
-                tables = batch.tables if compiled else None
-                ours = fast(batch.context, batch.input_ids, batch.positions, batch.keep, tables=tables).float()[0]
+                batch = pack([ScheduledChunk(request, count, start, samples=True)], cache, tables=compiled)
+                ours = fast(batch.context, batch.input_ids, batch.positions, batch.keep, tables=batch.tables)
+                ours = ours.float()[0]
                 expected = reference[start + count - 1]
                 scale = expected.abs().max().clamp_min(1e-6)
                 worst = max(worst, float((ours - expected).abs().max() / scale))

@@ -74,7 +74,7 @@ class ModelRunner:
 
     @torch.inference_mode()
     def execute(self, chunks: list[ScheduledChunk]) -> ForwardResult:
-        batch = pack(chunks, self.cache)
+        batch = pack(chunks, self.cache, tables=self.fast is not None and bool(self.fast.compiled))
         started = time.perf_counter()
         weight_format = ""
         allowed = None

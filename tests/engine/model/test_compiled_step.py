@@ -74,9 +74,8 @@ def _run(fast, cache, requests, compiled: bool) -> list[torch.Tensor]:
     ]
     with torch.inference_mode():
         for step in steps:
-            batch = pack([ScheduledChunk(r, n, start, samples=True) for r, n, start in step], cache)
-            tables = batch.tables if compiled else None
-            logits.append(fast(batch.context, batch.input_ids, batch.positions, batch.keep, tables=tables))
+            batch = pack([ScheduledChunk(r, n, start, samples=True) for r, n, start in step], cache, tables=compiled)
+            logits.append(fast(batch.context, batch.input_ids, batch.positions, batch.keep, tables=batch.tables))
             assert fast.last_compiled == compiled
     return logits
 
@@ -94,7 +93,7 @@ def test_same_logits_and_cache_as_the_python_layers(models, name: str, fmt: str,
     caches = []
     results = []
     for compiled in (False, True):
-        cache = PagedKVCache(len(fast.layers), fast.kv_heads, fast.head_dim, PAGES, PAGE, torch.float32, "cpu")
+        cache = _cache(fast)
         results.append(_run(fast, cache, _requests(model.config.vocab_size), compiled))
         caches.append(cache.storage)
     # float32 sums in another order; lower-precision formats round activations to bfloat16 alike, with rare ties
@@ -137,7 +136,8 @@ def test_a_failure_while_running_falls_back_without_losing_the_step(models, monk
     monkeypatch.setattr(fast.compiled[fmt], "forward", broken)
     requests = _requests(model.config.vocab_size)
     with torch.inference_mode():
-        batch = pack([ScheduledChunk(requests[0], 17, 0, True), ScheduledChunk(requests[1], 8, 0, True)], _cache(fast))
+        chunks = [ScheduledChunk(requests[0], 17, 0, True), ScheduledChunk(requests[1], 8, 0, True)]
+        batch = pack(chunks, _cache(fast), tables=True)
         logits = fast(batch.context, batch.input_ids, batch.positions, batch.keep, tables=batch.tables)
     assert not fast.last_compiled and not fast.compiled
     assert fast.compiled_note.startswith("off: failed while running: injected fault")
