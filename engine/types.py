@@ -171,9 +171,8 @@ def validate_messages(messages: Sequence[dict]) -> list[dict]:
         content = message.get("content")
         if not isinstance(role, str) or role not in ROLES:
             raise InvalidRequestError(f"message {number} has unknown role {role!r}")
-        if isinstance(content, list):  # OpenAI content parts: keep the text ones
-            texts = [p.get("text") for p in content if isinstance(p, dict) and p.get("type") == "text"]
-            content = "".join(texts) if all(isinstance(t, str) for t in texts) else None
+        if isinstance(content, list):  # OpenAI content parts: text only (the models served here read no images)
+            content = _text_of_parts(content, number)
         calls = message.get("tool_calls") if role == "assistant" else None
         if calls is not None and not (isinstance(calls, list) and all(_is_call(c) for c in calls)):
             raise InvalidRequestError(f"message {number}: 'tool_calls' must be a list of {{type, function}} objects")
@@ -193,3 +192,18 @@ def validate_messages(messages: Sequence[dict]) -> list[dict]:
 def _is_call(call: object) -> bool:
     function = call.get("function") if isinstance(call, dict) else None
     return isinstance(function, dict) and isinstance(function.get("name"), str)
+
+
+def _text_of_parts(parts: list, number: int) -> str | None:
+    """The text of a message's content parts; a part of another kind (an image, audio, a file) is refused by name,
+    as vLLM refuses it for a text-only model, rather than dropped without a word."""
+    texts = []
+    for index, part in enumerate(parts):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind != "text":
+            named = f"of type {kind!r}" if isinstance(kind, str) else "without a type"
+            raise InvalidRequestError(
+                f"message {number}: content part {index} is {named}; this model reads text only (parts of type 'text')"
+            )
+        texts.append(part.get("text"))
+    return "".join(texts) if all(isinstance(t, str) for t in texts) else None

@@ -238,7 +238,7 @@ class ApiServer:
             raise failure
         text, reason, calls = "".join(parts), final.finish_reason, None
         if gen.tools:
-            text, found = parse_calls(text)
+            text, found = parse_calls(text, cut=reason is FinishReason.LENGTH)
             if found:
                 calls, reason = [call.openai() for call in found], _tool_reason(reason)
         usage_ = self._usage(handle, final)
@@ -269,7 +269,8 @@ class ApiServer:
     ) -> AsyncIterator[str]:
         with_usage = gen.include_usage
         if gen.kind == "chat":
-            yield _sse(writer.chunk("", first=True, with_usage=with_usage))
+            # content null when the reply may be tool calls, as OpenAI sends it ("" makes the SDK report a text delta)
+            yield _sse(writer.chunk(None if gen.tools else "", first=True, with_usage=with_usage))
         # aclosing: when the client disconnects, Starlette cancels this generator, and the engine request must
         # be cancelled with it (the bridge's stream does that in its finally)
         calls = ToolCallStream() if gen.tools else None
@@ -277,7 +278,8 @@ class ApiServer:
             async for event in events:
                 text, deltas = calls.feed(event.text) if calls is not None else (event.text, [])
                 if event.finished and calls is not None:
-                    text += calls.finish()
+                    rest, last = calls.finish(cut=event.finish_reason is FinishReason.LENGTH)
+                    text, deltas = text + rest, deltas + last
                 if text or deltas or event.logprobs:
                     yield _sse(writer.chunk(text, with_usage=with_usage, logprobs=event.logprobs, tool_calls=deltas))
                 if not event.finished:

@@ -123,7 +123,7 @@ class ResponseWriter:
         tool_calls: list[dict] | None = None,
     ) -> dict:
         if self.kind == "chat":
-            delta: dict = {"role": "assistant", "content": text or ""} if first else {}
+            delta: dict = {"role": "assistant", "content": text} if first else {}
             if not first and text:
                 delta["content"] = text
             if tool_calls:

@@ -1,0 +1,88 @@
+"""What client libraries expect of an OpenAI-compatible server, through `inference-studio serve` on the embedded
+model with the official openai client: a forced tool call cut off by max_tokens, non-text content parts, the first
+chunk of a tool-call stream, presence and frequency penalties."""
+
+from __future__ import annotations
+
+import openai
+import pytest
+
+from tests.serving import ServedStudio
+
+MODEL = "smollm2"
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "unit": {"enum": ["celsius", "fahrenheit"]}},
+            "required": ["city", "unit"],
+        },
+    },
+}
+PARIS = [{"role": "user", "content": "What is the weather like in Paris today?"}]
+
+
+@pytest.fixture(scope="module")
+def client(embedded_server: ServedStudio) -> openai.OpenAI:
+    return openai.OpenAI(base_url=embedded_server.base_url, api_key="unused", max_retries=0, timeout=120)
+
+
+@pytest.mark.parametrize("max_tokens", [4, 13, 17, 26])
+def test_a_forced_call_cut_by_max_tokens_is_the_same_call_whole_and_streamed(
+    client: openai.OpenAI, max_tokens: int
+) -> None:
+    ask = {"model": MODEL, "messages": PARIS, "tools": [WEATHER], "tool_choice": "required", "temperature": 0}
+    whole = client.chat.completions.create(**ask, max_tokens=max_tokens).choices[0]
+    assert whole.finish_reason == "length"
+    assert "tool_call" not in (whole.message.content or "")  # never the template's markup
+    chunks = list(client.chat.completions.create(**ask, max_tokens=max_tokens, stream=True))
+    streamed_text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    deltas = [d for c in chunks if c.choices for d in (c.choices[0].delta.tool_calls or [])]
+    assert chunks[-1].choices[0].finish_reason == "length"
+    assert streamed_text == (whole.message.content or "")
+    if whole.message.tool_calls:
+        (call,) = whole.message.tool_calls
+        assert whole.message.content is None and call.function.name == "get_weather"
+        assert deltas[0].function.name == "get_weather"
+        assert "".join(d.function.arguments or "" for d in deltas) == call.function.arguments
+        assert call.function.arguments == "" or call.function.arguments.startswith("{")
+    else:
+        assert deltas == []
+    if max_tokens >= 17:  # past the name: a call with what arguments there are
+        assert whole.message.tool_calls
+
+
+def test_a_tool_call_stream_starts_with_null_content(client: openai.OpenAI) -> None:
+    """OpenAI sends content null beside a tool call; "" made the SDK's stream helper report a text delta."""
+    ask = {"model": MODEL, "messages": PARIS, "tools": [WEATHER], "tool_choice": "required", "max_tokens": 60}
+    with client.chat.completions.stream(**ask, temperature=0) as stream:
+        kinds = [event.type for event in stream]
+        final = stream.get_final_completion()
+    assert "content.delta" not in kinds and "tool_calls.function.arguments.done" in kinds
+    assert final.choices[0].message.content is None
+    first = next(iter(client.chat.completions.create(**ask, stream=True)))
+    assert first.choices[0].delta.role == "assistant" and first.choices[0].delta.content is None
+    plain = next(iter(client.chat.completions.create(model=MODEL, messages=PARIS, max_tokens=2, stream=True)))
+    assert plain.choices[0].delta.content == ""  # without tools, as OpenAI
+
+
+@pytest.mark.parametrize(
+    "part",
+    [
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}},
+        {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}},
+    ],
+)
+def test_a_non_text_content_part_is_a_400_naming_it(client: openai.OpenAI, part: dict) -> None:
+    content = [{"type": "text", "text": "What is in this picture?"}, part]
+    with pytest.raises(openai.BadRequestError) as error:
+        client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": content}], max_tokens=4)
+    assert error.value.body["param"] == "messages"
+    assert f"content part 1 is of type '{part['type']}'" in error.value.body["message"]
+    assert "text only" in error.value.body["message"]
+    text_parts = [{"type": "text", "text": "Say "}, {"type": "text", "text": "hello."}]
+    said = [{"role": "user", "content": text_parts}]
+    reply = client.chat.completions.create(model=MODEL, messages=said, max_tokens=4)
+    assert reply.choices[0].message.content
