@@ -71,7 +71,11 @@ class ApiServer:
         self.active: dict[str, RequestHandle] = {}  # requests being answered, by id
         self.registry = CollectorRegistry()
         runtime = worker.engine.runtime_record()
-        self.registry.register(EngineCollector(worker.metrics, model_name, live=self._live_state, runtime=runtime))
+        self.registry.register(
+            EngineCollector(
+                worker.metrics, model_name, live=self._live_state, runtime=runtime, context_length=self.context_length
+            )
+        )
         ProcessCollector(registry=self.registry)  # process_resident_memory_bytes & co, as vLLM exposes them
 
     def _live_state(self) -> LiveState | None:
