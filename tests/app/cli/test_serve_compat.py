@@ -4,6 +4,8 @@ chunk of a tool-call stream, presence and frequency penalties."""
 
 from __future__ import annotations
 
+from collections import Counter
+
 import openai
 import pytest
 
@@ -86,3 +88,23 @@ def test_a_non_text_content_part_is_a_400_naming_it(client: openai.OpenAI, part:
     said = [{"role": "user", "content": text_parts}]
     reply = client.chat.completions.create(model=MODEL, messages=said, max_tokens=4)
     assert reply.choices[0].message.content
+
+
+def test_presence_and_frequency_penalties_are_applied(client: openai.OpenAI) -> None:
+    """Chat UIs send them; 0 was the only value accepted before. Greedy and run to 24 tokens (min_tokens), so the
+    difference is the penalties'."""
+    ask = [{"role": "user", "content": "Say 'yes' twenty times."}]
+    fixed = {"model": MODEL, "messages": ask, "max_tokens": 24, "temperature": 0, "extra_body": {"min_tokens": 24}}
+    plain = client.chat.completions.create(**fixed).choices[0].message.content
+    penalised = client.chat.completions.create(**fixed, presence_penalty=1.5, frequency_penalty=1.0)
+    streamed = client.chat.completions.create(**fixed, presence_penalty=1.5, frequency_penalty=1.0, stream=True)
+    text = "".join(c.choices[0].delta.content or "" for c in streamed if c.choices)
+    assert text == penalised.choices[0].message.content != plain
+
+    def most_repeated(reply: str) -> int:
+        return max(Counter(reply.lower().replace(",", " ").split()).values())
+
+    assert most_repeated(text) < most_repeated(plain)
+    with pytest.raises(openai.BadRequestError) as error:
+        client.chat.completions.create(model=MODEL, messages=ask, max_tokens=2, frequency_penalty=2.5)
+    assert error.value.body["param"] == "frequency_penalty"
