@@ -1,5 +1,5 @@
-"""The FastAPI app: routes /v1/models, /v1/chat/completions, /v1/completions, /health, /metrics and /openapi.json
-over an ApiServer, and every error answered in OpenAI's shape."""
+"""The FastAPI app: routes /v1/models, /v1/chat/completions, /v1/completions, /v1/responses, /health, /metrics and
+/openapi.json over an ApiServer, and every error answered in OpenAI's shape."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from engine.core.engine_thread import EngineThread
 from engine.serve.api_server import ApiServer
+from engine.serve.completions_wire import ResponseWriter
 from engine.serve.cross_site import guard_cross_site
 from engine.serve.event_bridge import AsyncEventBridge
 from engine.serve.guards import BodyLimit, HostGuard
@@ -28,8 +29,8 @@ from engine.serve.openai_protocol import (
     parse_chat_request,
     parse_completion_request,
 )
-from engine.serve.openapi_bodies import CHAT_BODY, COMPLETION_BODY, request_body
-from engine.serve.responses import ResponseWriter
+from engine.serve.openapi_bodies import CHAT_BODY, COMPLETION_BODY, RESPONSES_BODY, request_body
+from engine.serve.responses_api import ResponsesApi
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +100,7 @@ def create_app(
     # /openapi.json for client generators and API fuzzers; no /docs page (it loads its scripts from a CDN)
     app = FastAPI(title="Inference Studio", docs_url=None, redoc_url=None, lifespan=lifespan)
     app.state.api_server = server
+    responses = ResponsesApi(server)
     authorized = [Depends(server.check_key)]
     _answer_errors_in_openai_shape(app)
     # the last added runs first: the Host check refuses before a byte of the body is read, then CORS answers
@@ -146,5 +148,13 @@ def create_app(
     async def completions(request: Request) -> Response:
         body = await _json_body(request, limits)
         return await generate(request, parse_completion_request(body, limits), "cmpl")
+
+    @app.post("/v1/responses", dependencies=authorized, openapi_extra=request_body(RESPONSES_BODY))
+    async def create_response(request: Request) -> Response:
+        return await responses.create(request, await _json_body(request, limits))
+
+    @app.get("/v1/responses/{response_id}", dependencies=authorized)
+    async def retrieve_response(response_id: str) -> dict:
+        return responses.retrieve(response_id)
 
     return app

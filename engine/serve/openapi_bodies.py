@@ -111,6 +111,47 @@ COMPLETION_BODY = {
     },
 }
 
+_INPUT_ITEM = {
+    "type": "object",
+    "properties": {
+        "type": {"enum": ["message", "function_call", "function_call_output"]},
+        "role": {"enum": ["user", "system", "developer", "assistant"]},
+        "content": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "object"}}]},
+        "call_id": {"type": "string"},
+        "name": {"type": "string"},
+        "arguments": {"type": "string"},
+        "output": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "object"}}]},
+    },
+}
+RESPONSES_BODY = {
+    "type": "object",
+    "required": ["model", "input"],
+    "properties": {
+        "model": {"type": "string", "minLength": 1},
+        "input": {"anyOf": [{"type": "string"}, {"type": "array", "items": _INPUT_ITEM, "minItems": 1}]},
+        "instructions": {"type": "string"},
+        "max_output_tokens": {"type": "integer", "minimum": 1},
+        "temperature": {"type": "number", "minimum": 0, "maximum": 2},
+        "top_p": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+        "stream": {"type": "boolean"},
+        "store": {"type": "boolean"},
+        "previous_response_id": {"type": "string"},
+        "tools": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["type", "name"],
+                "properties": {"type": {"const": "function"}, "name": {"type": "string"},
+                               "parameters": {"type": "object"}},
+            },
+        },
+        "tool_choice": {"anyOf": [{"enum": ["none", "auto", "required"]}, {"type": "object"}]},
+        "parallel_tool_calls": {"type": "boolean"},
+        "text": {"type": "object", "properties": {"format": RESPONSE_FORMAT}},
+        "metadata": {"type": "object", "additionalProperties": {"type": "string"}},
+    },
+}  # fmt: skip
+
 
 def request_body(schema: dict) -> dict:
     """A route's openapi_extra: its JSON request body."""

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from engine.serve.completions_wire import ResponseWriter
 from engine.serve.openai_protocol import ApiError, parse_chat_request, parse_completion_request
-from engine.serve.responses import ResponseWriter
 
 HELLO = [{"role": "user", "content": "hi"}]
 

@@ -1,4 +1,5 @@
-"""The OpenAI wire format's answers: whole responses, stream chunks, usage, finish reasons."""
+"""The wire format of the chat completions and completions APIs' answers: whole responses, stream chunks, usage, finish
+reasons (the Responses API's are in responses_api.py)."""
 
 from __future__ import annotations
 
