@@ -101,7 +101,7 @@ class Engine:
         self.context_length = getattr(text_config, "max_position_embeddings", None) or num_pages * ps
         eos_ids = eos_token_ids(self.tokenizer, self.model)
         self.sampler = Sampler(eos_ids=eos_ids)
-        self.grammars = Grammars(self.tokenizer, self.vocab_size, eos_ids)
+        self.grammars = Grammars(self.tokenizer, self.vocab_size, eos_ids, close_objects=not config.open_schema_objects)
         self._build_bookkeeping(num_pages, eos_ids)
         self.step_count = 0
         self._last_page_map = 0.0

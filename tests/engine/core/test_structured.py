@@ -94,25 +94,6 @@ def test_logit_bias_moves_the_choice(make_engine) -> None:
     assert biased.output_ids == [favourite] and banned.output_ids != plain.output_ids
 
 
-def test_unbounded_integers_get_the_safe_integer_range_and_bounded_ones_keep_theirs() -> None:
-    from engine.core.grammar import SAFE_INTEGERS, bounded_integers
-
-    properties = {
-        "free": {"type": "integer"},
-        "nullable": {"type": ["integer", "null"]},
-        "small": {"type": "integer", "minimum": 0},
-        "items": {"type": "array", "items": {"type": "integer"}},
-        "text": {"type": "string"},
-    }
-    schema = {"type": "object", "properties": properties}
-    bounded = bounded_integers(schema)["properties"]
-    low, high = SAFE_INTEGERS
-    assert (bounded["free"]["minimum"], bounded["free"]["maximum"]) == (low, high) == (-(2**53) + 1, 2**53 - 1)
-    assert bounded["nullable"]["maximum"] == high and bounded["items"]["items"]["minimum"] == low
-    assert bounded["small"] == {"type": "integer", "minimum": 0} and bounded["text"] == {"type": "string"}
-    assert schema["properties"]["free"] == {"type": "integer"}  # the caller's schema is not changed
-
-
 def test_free_requests_are_unchanged_token_for_token_beside_constrained_biased_and_logprob_ones(make_engine) -> None:
     """The batch with grammar, bias and logprob requests, then the same batch with free requests in their places
     (same prompts, same lengths, so every step has the same shape): the free requests write the same tokens."""
