@@ -224,4 +224,8 @@ class Scheduler:
             self.drafter.learn(request.request_id, len(chunk.draft), accepted)
         full_pages = request.num_computed // self.page_size
         if self.pool.enable_caching and full_pages > self.pool.num_published(request.request_id):
-            self.pool.publish(request.request_id, request.all_ids, request.page_table, request.num_computed)
+            # the accepted draft tokens are the request's next tokens, but they join output_ids only when the step's
+            # tokens are processed: hash the pages they filled with them (a page hashed over fewer tokens would be
+            # found by no one, and every later page of the request chains from its hash)
+            tokens = request.all_ids + list(chunk.draft[:accepted]) if accepted else request.all_ids
+            self.pool.publish(request.request_id, tokens, request.page_table, request.num_computed)
