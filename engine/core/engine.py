@@ -262,7 +262,7 @@ class Engine:
             tokens = self.sampler.sample(result.logits, sampled, drafts, result.grammar_applied) if sampled else []
             logprobs = None
             if any(r.params.logprobs is not None for r in sampled):
-                logprobs = token_logprobs(result.logits, sampled, tokens, self._token_text)
+                logprobs = token_logprobs(result.logits, sampled, tokens, self._token_text, drafts)
             accepted = {id(c): len(t) - 1 for c, t in zip(chunks, tokens, strict=True) if c.draft}
             for chunk in scheduled.chunks:
                 self.scheduler.commit(chunk, accepted.get(id(chunk), 0))

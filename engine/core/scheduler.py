@@ -164,10 +164,10 @@ class Scheduler:
         """Draft tokens to verify with this request's decode, within the step's budget and its max tokens."""
         assert self.drafter is not None
         params = request.params
-        if params.repetition_penalty != 1.0 or params.structured is not None or params.logprobs is not None:
-            # a penalty depends on every token before it, a grammar's mask on its place, and logprobs are reported
-            # for one token a step: drafts stay off for these (verified rows would need them position by position)
-            return []  # a penalty depends on every token before it: verified rows would need the drafts applied
+        if params.repetition_penalty != 1.0 or params.structured is not None:
+            # a penalty depends on every token before it, a grammar's mask on its place: drafts stay off for these
+            # (verified rows would need them applied position by position)
+            return []
         left = params.max_tokens - len(request.output_ids) - 1  # the verified step adds one token beyond the drafts
         draft = self.drafter.propose(request.request_id, request.all_ids)
         return draft[: max(0, min(left, room))]
