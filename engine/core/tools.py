@@ -53,14 +53,33 @@ def check_tools(tools: object) -> list[dict]:
     return tools
 
 
-def _call_schema(function: dict) -> dict:
+def _call_schema(function: dict, defs: dict) -> dict:
+    """One call's schema: {"name": its name, "arguments": its parameters}. Parameters that refer within themselves
+    (pydantic's nested models: "$ref": "#/$defs/Address") move into `defs` under the function's name, their references
+    rewritten to where they now are: inside the call's schema "#/$defs/..." would point at the grammar's root."""
     parameters = function.get("parameters") or {"type": "object", "properties": {}}
+    if '"$ref"' in json.dumps(parameters):
+        key = f"parameters_of_{function['name']}"
+        defs[key] = _moved_refs(parameters, f"#/$defs/{key}")
+        parameters = {"$ref": f"#/$defs/{key}"}
     return {
         "type": "object",
         "properties": {"name": {"const": function["name"]}, "arguments": parameters},
         "required": ["name", "arguments"],
         "additionalProperties": False,
     }
+
+
+def _moved_refs(schema: object, base: str) -> object:
+    """The schema with every local reference ("#...") made relative to `base`, where the schema now sits."""
+    if isinstance(schema, dict):
+        return {
+            k: base + v[1:] if k == "$ref" and isinstance(v, str) and v.startswith("#") else _moved_refs(v, base)
+            for k, v in schema.items()
+        }
+    if isinstance(schema, list):
+        return [_moved_refs(item, base) for item in schema]
+    return schema
 
 
 def call_grammar(tools: Sequence[dict], only: str | None = None, parallel: bool = False) -> StructuredOutput:
@@ -70,7 +89,11 @@ def call_grammar(tools: Sequence[dict], only: str | None = None, parallel: bool 
     if not functions:
         raise InvalidRequestError(f"tool_choice names {only!r}, which is not in 'tools'")
     compact = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
-    item = json.dumps({"anyOf": [_call_schema(f) for f in functions], "x-guidance": compact})
+    defs: dict = {}
+    schema: dict = {"anyOf": [_call_schema(f, defs) for f in functions], "x-guidance": compact}
+    if defs:
+        schema["$defs"] = defs
+    item = json.dumps(schema)
     more = f' (",\\n" %json {item})*' if parallel else ""
     lark = f'start: "{OPEN}[\\n" call "\\n]{CLOSE}"\ncall: %json {item}{more}\n'
     return StructuredOutput("grammar", lark)

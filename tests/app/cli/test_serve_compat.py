@@ -4,10 +4,12 @@ chunk of a tool-call stream, presence and frequency penalties."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 
 import openai
 import pytest
+from pydantic import BaseModel
 
 from tests.serving import ServedStudio
 
@@ -108,3 +110,62 @@ def test_presence_and_frequency_penalties_are_applied(client: openai.OpenAI) -> 
     with pytest.raises(openai.BadRequestError) as error:
         client.chat.completions.create(model=MODEL, messages=ask, max_tokens=2, frequency_penalty=2.5)
     assert error.value.body["param"] == "frequency_penalty"
+
+
+# ---- instructor ---------------------------------------------------------------------------------------------------
+# instructor 1.17 cannot be a test extra here: it pins jiter<0.15, which the openai client in use (3.57, jiter>=0.16)
+# rules out, so installing it would downgrade the client. These tests send exactly what instructor 1.17 sends for
+# Mode.TOOLS and Mode.JSON_SCHEMA (its openai handlers) and read the reply as it does.
+class Address(BaseModel):
+    city: str
+    country: str
+
+
+class Person(BaseModel):
+    """A person mentioned in the text."""
+
+    name: str
+    age: int
+    address: Address
+
+
+def instructor_tool(model: type[BaseModel]) -> dict:
+    """instructor's generate_openai_schema: the model's JSON schema without its title and description as the
+    parameters (closed or open as pydantic writes it: no additionalProperties), the docstring as the description."""
+    schema = model.model_json_schema()
+    parameters = {k: v for k, v in schema.items() if k not in ("title", "description")}
+    parameters["required"] = sorted(schema.get("required", []))
+    description = (model.__doc__ or "").strip() or (
+        f"Correctly extracted `{model.__name__}` with all the required parameters with correct types"
+    )
+    return {"name": schema["title"], "description": description, "parameters": parameters}
+
+
+TEXT = [{"role": "user", "content": "Extract: Jason is 25 years old and lives in Paris, France."}]
+
+
+@pytest.mark.parametrize(("temperature", "seed"), [(0.0, None), (0.7, 1), (0.7, 2)])
+def test_instructor_mode_tools_gets_a_complete_valid_call(client: openai.OpenAI, temperature: float, seed) -> None:
+    schema = instructor_tool(Person)
+    assert "additionalProperties" not in json.dumps(schema)  # what made objects open before
+    reply = client.chat.completions.create(
+        model=MODEL, messages=TEXT, max_tokens=200, temperature=temperature, seed=seed,
+        tools=[{"type": "function", "function": schema}],
+        tool_choice={"type": "function", "function": {"name": schema["name"]}},
+    ).choices[0]  # fmt: skip
+    assert reply.finish_reason != "length"  # instructor raises IncompleteOutputException on "length"
+    person = Person.model_validate_json(reply.message.tool_calls[0].function.arguments)
+    assert isinstance(person.address, Address)
+
+
+@pytest.mark.parametrize(("temperature", "seed"), [(0.0, None), (0.7, 3)])
+def test_instructor_mode_json_schema_gets_a_complete_valid_object(
+    client: openai.OpenAI, temperature: float, seed
+) -> None:
+    reply = client.chat.completions.create(
+        model=MODEL, messages=TEXT, max_tokens=200, temperature=temperature, seed=seed,
+        response_format={"type": "json_schema",
+                         "json_schema": {"name": "Person", "schema": Person.model_json_schema()}},
+    ).choices[0]  # fmt: skip
+    assert reply.finish_reason == "stop"
+    assert Person.model_validate_json(reply.message.content).address.city

