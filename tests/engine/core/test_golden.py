@@ -159,8 +159,8 @@ def reference_penalized_greedy(model, prompt_ids: list[int], max_new_tokens: int
 
 PENALTY_TOKENS = 16
 PENALTIES = [
-    SamplingParams(max_tokens=PENALTY_TOKENS, presence_penalty=1.5),
-    SamplingParams(max_tokens=PENALTY_TOKENS, presence_penalty=-1.0, frequency_penalty=1.2),
+    SamplingParams(max_tokens=PENALTY_TOKENS, presence_penalty=0.8, frequency_penalty=0.8),
+    SamplingParams(max_tokens=PENALTY_TOKENS, presence_penalty=-2.0),  # negative: repeats favoured
     SamplingParams(max_tokens=PENALTY_TOKENS, frequency_penalty=2.0, repetition_penalty=1.2),
 ]
 
@@ -168,16 +168,14 @@ PENALTIES = [
 def test_greedy_with_presence_and_frequency_penalties_matches_a_plain_reference(embedded_model, prompt_ids) -> None:
     """Three penalised requests batched with a free one on the same prompt, in float32: each equals the reference
     token for token, and the penalties change the replies (so the check can fail)."""
-    prompt = prompt_ids[3]  # "List three red fruits.": a list, where a reply repeats its tokens
+    prompt = prompt_ids[1]  # the haiku: each of these penalties changes its greedy reply within 16 tokens
     engine = Engine(embedded_model, EngineConfig())
     free = engine.add_request(prompt, SamplingParams(max_tokens=PENALTY_TOKENS))
     requests = [engine.add_request(prompt, params) for params in PENALTIES]
     run_to_completion(engine)
     plain = reference_greedy(embedded_model.model, prompt, PENALTY_TOKENS)
     assert free.output_ids == plain
-    changed = 0
     for params, request in zip(PENALTIES, requests, strict=True):
         expected = reference_penalized_greedy(embedded_model.model, prompt, PENALTY_TOKENS, params)
         assert request.output_ids == expected, params
-        changed += expected != plain
-    assert changed >= 2  # the list's items differ, so a mild presence penalty may keep the greedy reply
+        assert expected != plain, params
