@@ -37,10 +37,12 @@ class ResultColumn(QFrame):
         self.status = QLabel("waiting for its turn…")
         self.status.setObjectName("compareStatus")
         self.status.setWordWrap(True)
+        self.status.setTextFormat(Qt.TextFormat.PlainText)  # an endpoint's error text is never markup
         self.tokens = TokenView()
         self.diff = QLabel()
         self.diff.setObjectName("compareDiff")
         self.diff.setWordWrap(True)
+        self.diff.setTextFormat(Qt.TextFormat.PlainText)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(8, 6, 8, 6)
         layout.addWidget(self.title)
