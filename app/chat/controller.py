@@ -253,6 +253,8 @@ class ChatController(QObject):
         message.finish_reason = reason
         message.stats = stats_dict(stats) if stats is not None and not isinstance(stats, dict) else stats
         message.error = error
+        if self._ran_into_the_context_end(message):
+            message.stats = {**(message.stats or {}), "context_full": True}  # its stats line says so, not "limit"
         if self._reply is not None:
             self._router.untrack(self._reply.request_id)
         self._reply = None
@@ -292,11 +294,15 @@ class ChatController(QObject):
 
         return ("Truncate the middle and retry", truncate_and_retry)
 
-    def _say_if_the_context_ended(self, message: ChatMessage) -> None:
+    def _ran_into_the_context_end(self, message: ChatMessage) -> bool:
         stats = message.stats or {}
         length = self.context.usage.context_tokens
         used = (stats.get("prompt_tokens") or 0) + (stats.get("output_tokens") or 0)
-        if message.finish_reason is FinishReason.LENGTH and length and used >= length - 1:
+        return message.finish_reason is FinishReason.LENGTH and bool(length) and used >= length - 1
+
+    def _say_if_the_context_ended(self, message: ChatMessage) -> None:
+        if (message.stats or {}).get("context_full"):
+            length = self.context.usage.context_tokens
             self.panel.show_info(
                 f"The reply stopped at the end of the model's context ({length:,} tokens). To go on, choose "
                 "“truncate the middle” or “rolling window” under When full in the chat settings."

@@ -80,7 +80,7 @@ def format_stats(message: ChatMessage) -> str:
     if message.finish_reason is FinishReason.ABORT:
         parts.append("stopped")
     elif message.finish_reason is FinishReason.LENGTH:
-        parts.append("hit the token limit")
+        parts.append("stopped at the end of the context" if stats.get("context_full") else "hit the token limit")
     return " · ".join(parts)
 
 
