@@ -112,9 +112,13 @@ class StudioStatusBar(QStatusBar):
         self.precision.setToolTip(details)
         self.model.setToolTip(f"{self.model.toolTip()}\n{details}".strip())
 
-    def set_engine_state(self, pages_used: int, pages_total: int, running: int, waiting: int) -> None:
+    def set_engine_state(
+        self, pages_used: int, pages_total: int, running: int, waiting: int, held_by: str | None = None
+    ) -> None:
+        """held_by: what has the engine to itself now (an experiment), said beside the counts."""
         self.pages.setRange(0, max(1, pages_total))
         self.pages.setValue(min(pages_used, max(1, pages_total)))
         self.pages.setVisible(pages_total > 0)
         self.pages_label.setText(f"KV {pages_used} / {pages_total} pages" if pages_total else "")
-        self.requests.setText(f"running {running} · waiting {waiting}")
+        held = f" for {held_by}" if held_by else ""
+        self.requests.setText(f"running {running} · waiting {waiting}{held}")

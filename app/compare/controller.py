@@ -9,6 +9,7 @@ from PySide6.QtCore import QObject, Signal
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QDialog, QVBoxLayout
 
+from app.chat.controller import Hold
 from app.compare.diff import Comparison, compare_replies
 from app.compare.runner import CompareRun
 from app.compare.targets import CompareTarget, compare_targets
@@ -96,6 +97,9 @@ class CompareController(QObject):
         run.tokenizer_known.connect(self._on_tokenizer)
         self.current = run
         self.view.set_running(True)
+        if any(t.local is not None for t in targets):  # they run in the engine thread, one after another
+            self.window.tabs.hold("compare", Hold("the comparison (Model > Compare)", "Stop the comparison", self.stop))
+            run.finished.connect(lambda: self.window.tabs.release("compare"))
         run.start()
         return True
 
