@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import time
+
+import llguidance
 from dataclasses import asdict, dataclass, field, fields, replace
 
 from engine.types import FinishReason, RequestStats, SamplingParams, StructuredOutput
@@ -106,8 +108,9 @@ _SCHEMA_TYPES = ("object", "array", "string", "number", "integer", "boolean", "n
 
 
 def schema_problem(text: str) -> str | None:
-    """Why a JSON schema typed by the user can't be used (one line), or None when it can: it must be well-formed JSON,
-    an object, and name only JSON's types. What the grammar compiler refuses beyond that, the engine says at submit."""
+    """Why a JSON schema typed by the user can't be used (one line), or None when it can: well-formed JSON, an object,
+    and what the engine's grammar compiler (llguidance) accepts, at every level (an unknown type deep inside, a $ref to
+    nothing)."""
     if not text.strip():
         return 'Type a JSON schema, e.g. {"type": "object", "properties": {…}}'
     try:
@@ -123,7 +126,17 @@ def schema_problem(text: str) -> str | None:
     for name in kinds:
         if name not in _SCHEMA_TYPES:
             return f"Unknown type {json.dumps(name)}: use one of {', '.join(_SCHEMA_TYPES)}"
-    return None
+    return _compiler_problem(schema)
+
+
+def _compiler_problem(schema: dict) -> str | None:
+    """The engine's own check: llguidance builds the grammar (no tokenizer is needed to validate it)."""
+    try:
+        grammar = llguidance.LLMatcher.grammar_from_json_schema(schema)
+        problem = llguidance.LLMatcher.validate_grammar(grammar, None)
+    except (ValueError, RuntimeError, TypeError) as exc:
+        problem = str(exc)
+    return f"The engine can't use this schema: {problem.splitlines()[0]}" if problem else None
 
 
 def _json_kind(value: object) -> str:
