@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import asdict, dataclass, field, fields, replace
 
 import llguidance
-from dataclasses import asdict, dataclass, field, fields, replace
 
 from engine.types import FinishReason, RequestStats, SamplingParams, StructuredOutput
 
