@@ -88,12 +88,11 @@ class ChatTabs(QObject):
         return f"Chat {number}"
 
     def unique_title(self, title: str) -> str:
-        """`title`, or one no open tab has: the next free "Chat N" for a numbered one, else "title (imported)"."""
+        """`title`, or "title (imported)" where a tab has it: an imported chat keeps its name (a "Chat 3" that
+        became "Chat 7" could not be found again)."""
         taken = {c.title for c in self.controllers}
         if title not in taken:
             return title
-        if _NUMBERED.match(title):
-            return self.next_title()
         candidate, number = f"{title} (imported)", 2
         while candidate in taken:
             candidate, number = f"{title} (imported {number})", number + 1
