@@ -62,7 +62,7 @@ class CompareController(QObject):
         formats = list(thread.engine.runtime_record()["layer_formats"]) if thread is not None else []
         found = compare_targets(bridge.info, bridge.choice, self.window.settings.recent_models, remotes, formats)
         self.targets = {t.key: t for t in found}
-        self.view.set_choices([(t.key, t.label) for t in found])
+        self.view.set_choices([(t.key, t.label, t.name) for t in found])
 
     def open(self) -> QDialog:
         self.refresh_targets()
@@ -90,7 +90,7 @@ class CompareController(QObject):
         self.tokenizers = [None] * len(targets)
         self.finals = [None] * len(targets)
         self.comparison = None
-        self.view.begin([t.label for t in targets])
+        self.view.begin([t.name for t in targets], [t.label for t in targets])
         run = CompareRun(targets, messages, params, self.window.bridge.thread, clients, self)
         run.event_arrived.connect(self._on_event)
         run.status_changed.connect(self._on_status)  # a bound method: delivered in this (the GUI) thread
