@@ -65,7 +65,10 @@ class ApiServer:
         self._api_key = api_key.encode() if api_key else None
         self.limits = limits or ServeLimits()
         self._admitting = 0  # requests between the queue check and their handle (tokenizing)
-        self.context_length: int = worker.engine.context_length
+        # what one request can hold: the model's context, or the KV pool where that is smaller (a request cannot hold
+        # more pages than the pool has; advertising the model's would accept replies the pool then cuts short)
+        engine = worker.engine
+        self.context_length: int = min(engine.context_length, engine.pool_tokens)
         self.created = int(time.time())
         self.bridge: AsyncEventBridge | None = None
         self.active: dict[str, RequestHandle] = {}  # requests being answered, by id

@@ -7,6 +7,8 @@ import math
 import time
 from dataclasses import asdict, dataclass, field, fields, replace
 
+import llguidance
+
 from engine.types import PENALTY_LIMIT, FinishReason, RequestStats, SamplingParams, StructuredOutput
 
 USER = "user"
@@ -81,7 +83,7 @@ def format_stats(message: ChatMessage) -> str:
     if message.finish_reason is FinishReason.ABORT:
         parts.append("stopped")
     elif message.finish_reason is FinishReason.LENGTH:
-        parts.append("hit the token limit")
+        parts.append("stopped at the end of the context" if stats.get("context_full") else "hit the token limit")
     return " · ".join(parts)
 
 
@@ -107,8 +109,9 @@ _SCHEMA_TYPES = ("object", "array", "string", "number", "integer", "boolean", "n
 
 
 def schema_problem(text: str) -> str | None:
-    """Why a JSON schema typed by the user can't be used (one line), or None when it can: it must be well-formed JSON,
-    an object, and name only JSON's types. What the grammar compiler refuses beyond that, the engine says at submit."""
+    """Why a JSON schema typed by the user can't be used (one line), or None when it can: well-formed JSON, an object,
+    and what the engine's grammar compiler (llguidance) accepts, at every level (an unknown type deep inside, a $ref to
+    nothing)."""
     if not text.strip():
         return 'Type a JSON schema, e.g. {"type": "object", "properties": {…}}'
     try:
@@ -124,7 +127,17 @@ def schema_problem(text: str) -> str | None:
     for name in kinds:
         if name not in _SCHEMA_TYPES:
             return f"Unknown type {json.dumps(name)}: use one of {', '.join(_SCHEMA_TYPES)}"
-    return None
+    return _compiler_problem(schema)
+
+
+def _compiler_problem(schema: dict) -> str | None:
+    """The engine's own check: llguidance builds the grammar (no tokenizer is needed to validate it)."""
+    try:
+        grammar = llguidance.LLMatcher.grammar_from_json_schema(schema)
+        problem = llguidance.LLMatcher.validate_grammar(grammar, None)
+    except (ValueError, RuntimeError, TypeError) as exc:
+        problem = str(exc)
+    return f"The engine can't use this schema: {problem.splitlines()[0]}" if problem else None
 
 
 def _json_kind(value: object) -> str:
