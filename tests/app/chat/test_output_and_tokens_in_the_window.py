@@ -7,6 +7,7 @@ import json
 import math
 
 from tests.app.conftest import settings, wait_idle
+from widgets.chat import data as chat_data
 from widgets.chat.data import OUTPUT_JSON, OUTPUT_SCHEMA
 
 # bounded (no free keys, an enum), so even a random model closes the object long before max_tokens
@@ -34,10 +35,14 @@ def test_a_schema_chat_writes_json_that_shows_pretty_printed(qtbot, make_window)
     assert window.store.load_chat(chat.chat_id).messages[-1].content == reply.content
 
 
-def test_a_schema_the_engine_refuses_is_said_on_the_reply(qtbot, make_window) -> None:
+def test_a_schema_the_engine_refuses_is_said_on_the_reply(qtbot, make_window, monkeypatch) -> None:
     window = make_window()
     chat = window.tabs.current
     refused = {"type": "object", "properties": {"a": {"$ref": "#/definitions/missing"}}, "required": ["a"]}
+    # the schema editor and a settings file never keep a schema the engine's compiler refuses ...
+    assert settings(output=OUTPUT_SCHEMA, json_schema=json.dumps(refused)).json_schema == ""
+    # ... so the engine's own refusal is reached with one that slipped past them (a check that missed it)
+    monkeypatch.setattr(chat_data, "_compiler_problem", lambda schema: None)
     chat.set_settings(settings(output=OUTPUT_SCHEMA, json_schema=json.dumps(refused)))
     assert chat.send("hello")
     wait_idle(qtbot, chat)

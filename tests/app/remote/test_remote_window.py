@@ -56,7 +56,7 @@ def test_a_chat_streams_from_the_remote_beside_a_local_one(window_with_remote, q
 def test_stop_on_a_remote_chat_frees_the_remote_pages(window_with_remote, qtbot, tiny_server) -> None:
     window = window_with_remote
     chat = window.tabs.current
-    chat.set_settings(settings(max_tokens=1500))
+    chat.set_settings(settings(max_tokens=900))  # the served context is 1,024 tokens
     chat.send("a long story please")
     qtbot.waitUntil(lambda: len(chat.messages[-1].content) > 3, timeout=60_000)
     chat.stop()
