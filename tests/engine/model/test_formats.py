@@ -120,7 +120,7 @@ def _greedy_head(seed: int):
     head = LMHead(torch.nn.Linear(64, 1000, bias=False), weight, None, try_fast=False)
     head.exact.weight.data.copy_(weight)
     if formats.usable(BFLOAT16, torch.device("cpu")):
-        head.fast = formats.make_linear(weight, None, BFLOAT16)
+        head.use_fast(formats.make_linear(weight, None, BFLOAT16))
     return head
 
 
