@@ -35,10 +35,12 @@ def _isolated_user_folders(tmp_path_factory: pytest.TempPathFactory):
             os.environ[key] = value
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="session", autouse=True)
 def prepared_cache(_isolated_user_folders) -> None:
-    """The run's cache with the compiled step built (once, here), before a server process starts: its first start
-    would otherwise compile it within its start-up timeout, and two starting at once would both compile it."""
+    """The run's cache with the compiled step built once, here, before any test: the first engine of the run (in a
+    window test, a server process) would otherwise compile it within that test's waits, and two processes starting
+    at once would both compile it. The embedded model is converted by the embedded_model fixture: tests and
+    processes that run it depend on that fixture."""
     from engine.model import compiled_step
 
     compiled_step.ensure_loaded()  # False where it can't be built (no compiler, turned off): the Python layers run
@@ -74,7 +76,7 @@ def server_api_key() -> str:
 
 
 @pytest.fixture(scope="session")
-def tiny_server(tiny_model_dir: Path, server_api_key: str, tmp_path_factory: pytest.TempPathFactory, prepared_cache):
+def tiny_server(tiny_model_dir: Path, server_api_key: str, tmp_path_factory: pytest.TempPathFactory):
     """`inference-studio serve` on the tiny model, API key from the (test) keyring, a KV pool small enough that
     eight long streams preempt each other. One process for the session: tests compare metric deltas. Float32 pinned:
     the soak and the tests that compare a stream with the same request alone need batch-invariant arithmetic, which
@@ -91,7 +93,7 @@ def tiny_server(tiny_model_dir: Path, server_api_key: str, tmp_path_factory: pyt
 
 
 @pytest.fixture(scope="session")
-def embedded_server(tmp_path_factory: pytest.TempPathFactory, prepared_cache, embedded_model):
+def embedded_server(tmp_path_factory: pytest.TempPathFactory, embedded_model):
     """`inference-studio serve` on the embedded model (real text), no API key. After embedded_model: the model is
     in the run's cache by then, so the server's start-up loads it rather than converting it."""
     from tests.serving import start_studio_server
