@@ -6,30 +6,44 @@ import os
 from pathlib import Path
 
 import keyring
-import platformdirs
 import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# No test reaches the model hub (huggingface_hub reads this when it is imported, so before anything imports it): a
+# hub repo comes from a fake local hub cache, a download from a stub; the server processes inherit it.
+os.environ["HF_HUB_OFFLINE"] = "1"
 
 from tests.helpers import MemoryKeyring, make_tiny_llama
 
 
 @pytest.fixture(scope="session", autouse=True)
 def _isolated_user_folders(tmp_path_factory: pytest.TempPathFactory):
-    """Data and settings go to a temp folder; converted models stay in the real cache (rebuilding is slow)."""
+    """Data, settings and the cache go to folders of this run: nothing a test reads (the compiled step, the weight
+    formats measured on this machine, converted models) comes from an earlier run or the user's own studio. What
+    the cache gets is built once per run (see prepared_cache) and shared by the run's server processes."""
     home = tmp_path_factory.mktemp("studio-home")
-    real_cache = Path(platformdirs.user_cache_dir("inference-studio"))
     previous = {k: os.environ.get(k) for k in ("INFERENCE_STUDIO_HOME", "INFERENCE_STUDIO_CACHE")}
     os.environ["INFERENCE_STUDIO_HOME"] = str(home)
-    os.environ.setdefault("INFERENCE_STUDIO_CACHE", str(real_cache))
+    os.environ["INFERENCE_STUDIO_CACHE"] = str(tmp_path_factory.mktemp("studio-cache"))
     yield home
     for key, value in previous.items():
         if value is None:
             os.environ.pop(key, None)
         else:
             os.environ[key] = value
+
+
+@pytest.fixture(scope="session", autouse=True)
+def prepared_cache(_isolated_user_folders) -> None:
+    """The run's cache with the compiled step built once, here, before any test: the first engine of the run (in a
+    window test, a server process) would otherwise compile it within that test's waits, and two processes starting
+    at once would both compile it. The embedded model is converted by the embedded_model fixture: tests and
+    processes that run it depend on that fixture."""
+    from engine.model import compiled_step
+
+    compiled_step.ensure_loaded()  # False where it can't be built (no compiler, turned off): the Python layers run
 
 
 @pytest.fixture(autouse=True)
@@ -64,12 +78,14 @@ def server_api_key() -> str:
 @pytest.fixture(scope="session")
 def tiny_server(tiny_model_dir: Path, server_api_key: str, tmp_path_factory: pytest.TempPathFactory):
     """`inference-studio serve` on the tiny model, API key from the (test) keyring, a KV pool small enough that
-    eight long streams preempt each other. One process for the session: tests compare metric deltas."""
+    eight long streams preempt each other. One process for the session: tests compare metric deltas. Float32 pinned:
+    the soak and the tests that compare a stream with the same request alone need batch-invariant arithmetic, which
+    `auto` (bfloat16 layers where this CPU runs them faster) does not promise."""
     from tests.env_keyring import subprocess_env
     from tests.serving import start_studio_server
 
     args = ["--model", str(tiny_model_dir), "--served-model-name", "tiny", "--page-size", "8", "--kv-pages", "128",
-            "--api-key-from-keyring", "test-server-key"]  # fmt: skip
+            "--dtype", "float32", "--api-key-from-keyring", "test-server-key"]  # fmt: skip
     env = subprocess_env({"test-server-key": server_api_key})
     server = start_studio_server(args, tmp_path_factory.mktemp("tiny-server"), env)
     yield server
@@ -77,8 +93,9 @@ def tiny_server(tiny_model_dir: Path, server_api_key: str, tmp_path_factory: pyt
 
 
 @pytest.fixture(scope="session")
-def embedded_server(tmp_path_factory: pytest.TempPathFactory):
-    """`inference-studio serve` on the embedded model (real text), no API key."""
+def embedded_server(tmp_path_factory: pytest.TempPathFactory, embedded_model):
+    """`inference-studio serve` on the embedded model (real text), no API key. After embedded_model: the model is
+    in the run's cache by then, so the server's start-up loads it rather than converting it."""
     from tests.serving import start_studio_server
 
     server = start_studio_server(["--served-model-name", "smollm2"], tmp_path_factory.mktemp("embedded-server"))

@@ -101,6 +101,7 @@ class Engine:
         self.context_length = getattr(text_config, "max_position_embeddings", None) or num_pages * ps
         eos_ids = eos_token_ids(self.tokenizer, self.model)
         self.sampler = Sampler(eos_ids=eos_ids)
+        self.runner.end_token_ids = set(eos_ids)
         self.grammars = Grammars(self.tokenizer, self.vocab_size, eos_ids, close_objects=not config.open_schema_objects)
         self._build_bookkeeping(num_pages, eos_ids)
         self.step_count = 0
@@ -136,6 +137,7 @@ class Engine:
     def eos_ids(self, ids: set[int]) -> None:
         self.outputs.eos_ids = ids
         self.sampler.eos_ids = set(ids)
+        self.runner.end_token_ids = set(ids)
 
     # ---- requests ---------------------------------------------------------------------------
     @property

@@ -129,7 +129,6 @@ class Scheduler:
         prefilling = [r for r in self.running if not r.decoding]
         prefill = self.prefill_budget(len(decoding)) if self.prefill_budget else budget
         out.prefill_budget = prefill
-        drafting = self.drafter is not None and len(decoding) <= self.config.speculative_max_batch
         for request in decoding + prefilling:
             limit = budget if request.decoding else min(budget, prefill)
             if limit <= 0:
@@ -137,13 +136,21 @@ class Scheduler:
             if request.status is not RequestStatus.RUNNING:
                 continue  # preempted earlier in this loop
             n = min(request.remaining_to_compute, limit)
-            draft = self._draft(request, budget - n) if drafting and request.decoding else []
-            if not self._grow(request, request.num_computed + n + len(draft), out):
+            if not self._grow(request, request.num_computed + n, out):
                 continue
-            out.chunks.append(self._chunk(request, n, tuple(draft)))
-            budget -= n + len(draft)
+            out.chunks.append(self._chunk(request, n))
+            budget -= n
             if not request.decoding:
                 prefill -= n
+        # Drafts once every running request has the pages for its own next tokens: a draft only uses pages that are
+        # free then, and never preempts anyone (nor ends a lone request that still has room for its real tokens).
+        if self.drafter is not None and len(decoding) <= self.config.speculative_max_batch:
+            for index, chunk in enumerate(out.chunks):
+                if budget > 0 and chunk.is_decode and chunk.samples:
+                    draft = self._draft(chunk.request, budget)
+                    if draft:
+                        out.chunks[index] = self._chunk(chunk.request, 1, tuple(draft))
+                        budget -= len(draft)
 
         while self.waiting and min(budget, prefill) > 0 and len(self.running) < self.config.max_running:
             chunk = self._admit(self.waiting[0], min(budget, prefill), out)
@@ -170,7 +177,18 @@ class Scheduler:
             return []
         left = params.max_tokens - len(request.output_ids) - 1  # the verified step adds one token beyond the drafts
         draft = self.drafter.propose(request.request_id, request.all_ids)
-        return draft[: max(0, min(left, room))]
+        draft = draft[: max(0, min(left, room, self._page_room(request)))]
+        needed = math.ceil((request.num_computed + 1 + len(draft)) / self.page_size) - len(request.page_table)
+        if needed > 0:
+            request.page_table.extend(self.pool.allocate(needed))
+        return draft
+
+    def _page_room(self, request: Request) -> int:
+        """Draft tokens that fit after the request's next token in the pages it holds and the free ones, keeping the
+        watermark free while others run or wait (their own tokens come before anyone's drafts)."""
+        held = len(request.page_table) * self.page_size - (request.num_computed + 1)
+        reserve = self.watermark if len(self.running) > 1 or self.waiting else 0
+        return held + max(0, self.pool.num_free - reserve) * self.page_size
 
     def _grow(self, request: Request, tokens: int, out: SchedulerOutput) -> bool:
         """Give the request pages for `tokens` tokens, preempting the newest running requests if needed."""

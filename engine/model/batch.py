@@ -171,14 +171,25 @@ def _penalized(sampling: Sequence[ScheduledChunk]) -> list[list[int]] | None:
     return rows
 
 
-def grammar_masks(sampling: Sequence[ScheduledChunk], vocab: int) -> torch.Tensor | None:
-    """The tokens each sampled row may take [rows, vocab] (rows: a chunk's one, or 1 + its draft's), or None when
-    no request of the step has a grammar."""
-    if not any(c.request.matcher is not None for c in sampling):
+def allowed_masks(sampling: Sequence[ScheduledChunk], vocab: int, end_ids: set[int]) -> torch.Tensor | None:
+    """The tokens each sampled row may take [rows, vocab] (rows: a chunk's one, or 1 + its draft's): its grammar's
+    mask, without the end tokens (`end_ids` and its stop_token_ids) while it has made fewer than min_tokens (what the
+    sampler bans too: banned here, the LM head picks its leaders among the others). None when no row is limited."""
+    if not any(c.request.matcher is not None or len(c.request.output_ids) < c.request.params.min_tokens
+               for c in sampling):  # fmt: skip
         return None
     rows = []
     for chunk in sampling:
-        matcher = chunk.request.matcher
+        request = chunk.request
+        matcher, params = request.matcher, request.params
         mask = matcher.allowed() if matcher is not None else torch.ones(vocab, dtype=torch.bool)
-        rows.extend([mask] * (1 + len(chunk.draft)))
+        made = len(request.output_ids)
+        banned = [t for t in end_ids | set(params.stop_token_ids) if 0 <= t < vocab]
+        for j in range(1 + len(chunk.draft)):
+            if made + j < params.min_tokens and banned:
+                row = mask.clone()
+                row[banned] = False
+                rows.append(row)
+            else:
+                rows.append(mask)
     return torch.stack(rows)

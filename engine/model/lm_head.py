@@ -1,6 +1,6 @@
 """The LM head: float32 logits, or, for steps that only pick among the likeliest tokens (greedy, or top-k sampling),
-bfloat16 logits with the leading candidates recomputed in float32 (half the bytes of the largest matrix; what is
-picked from is float32's)."""
+bfloat16 logits with every token that can be among the leaders recomputed in float32 (half the bytes of the largest
+matrix; what is picked from is float32's)."""
 
 from __future__ import annotations
 
@@ -9,15 +9,21 @@ from torch import nn
 
 from engine.model import formats
 
-CANDIDATES = 8  # recomputed exactly; bfloat16's rounding (about 0.1 of a logit) never reorders a lead wider than that
-TOP_K_MARGIN = 32  # top-k sampling: candidates recomputed beyond k, so bfloat16 does not decide who is k-th
+CANDIDATES = 8  # recomputed first; near-ties within bfloat16's error of the leaders are recomputed beyond them
+TOP_K_MARGIN = 32  # top-k sampling: candidates recomputed beyond k, so the check below rarely finds more to recompute
 MAX_TOP_K = 256  # above this, computing the exact head costs less than the candidates
+FULL_ROW = 4096  # more tokens than this within the error of a row's leaders: its whole float32 row is cheaper
+
+# Unit roundoffs: bfloat16 keeps 8 significant bits, float32 24.
+BF16_U = 2.0**-8
+F32_U = 2.0**-24
 
 
 class LMHead:
-    """exact(hidden) -> float32 logits; greedy(hidden) -> logits whose CANDIDATES best are exact (the others may be
-    off by bfloat16's rounding): argmax over them is float32's argmax. Without a faster bfloat16 head here, both are
-    the float32 head."""
+    """exact(hidden) -> float32 logits; leading(hidden, count) -> logits whose leaders are float32's: every token
+    that can be among a row's `count - TOP_K_MARGIN` best (its best, for count <= CANDIDATES) by the float32 head is
+    recomputed exactly, the others keep bfloat16 values that are provably below them. Without a faster bfloat16
+    head here, both are the float32 head."""
 
     def __init__(self, exact: nn.Module, weight: torch.Tensor, bias: torch.Tensor | None, try_fast: bool) -> None:
         self.exact = exact
@@ -30,11 +36,26 @@ class LMHead:
             passes = {formats.FLOAT32: lambda _rows: exact(x), formats.BFLOAT16: lambda _rows: fast(x)}
             key = formats.machine_key("lm head", *weight.shape)
             if formats.measure(passes, buckets=(1,), key=key).format_for(1) == formats.BFLOAT16:
-                self.fast = fast
+                self.use_fast(fast)
+
+    def use_fast(self, fast: nn.Module) -> None:
+        """Pick leaders from `fast`, a float32-in, float32-out bfloat16 linear of the same weight (FormattedLinear:
+        inputs and weights rounded to bfloat16, products summed in float32, the sum rounded to bfloat16)."""
+        self.fast = fast
+        weight = self.weight.float()
+        # How far the bfloat16 head's logit a_t of token t can be from the float32 head's, for a hidden row x:
+        #   rounding x and w_t: (2u + u^2) * sum_i |w_ti x_i|; float32 sums in both heads: 2 * gamma_n * that sum;
+        #   rounding the output: u * |a_t - bias_t|. And sum_i |w_ti x_i| <= max_t ||w_t|| * ||x|| (Cauchy-Schwarz).
+        n = weight.shape[1]
+        gamma = n * F32_U / (1 - n * F32_U)
+        product = (2 * BF16_U + BF16_U**2 + 2 * gamma * (1 + BF16_U) ** 2) * 1.01  # 1 %: the float32 bias add
+        self._norm_error = product * float(weight.norm(dim=1).max())  # times ||x||
+        self._output_error = BF16_U * 1.01  # times |a_t| + |bias_t|
+        self._bias_error = 0.0 if self.bias is None else self._output_error * float(self.bias.detach().abs().max())
 
     def greedy(self, hidden: torch.Tensor, allowed: torch.Tensor | None = None) -> torch.Tensor:
-        """allowed [rows, vocab]: only these tokens may be picked (a grammar's mask); the others get -inf, before the
-        candidates are chosen, so the likeliest allowed token is among the exact ones."""
+        """allowed [rows, vocab]: only these tokens may be picked (a grammar's mask, end tokens banned by min_tokens);
+        the others get -inf, before the leaders are chosen, so the likeliest allowed token is an exact one."""
         return self.leading(hidden, CANDIDATES, allowed)
 
     def leading(
@@ -44,27 +65,66 @@ class LMHead:
         allowed: torch.Tensor | None = None,
         extra: list[list[int]] | None = None,
     ) -> torch.Tensor:
-        """Logits whose `count` best (allowed) tokens per row, and each row's `extra` ids (tokens a repetition penalty
-        lowers, which may fall below others), are float32's; the rest bfloat16's."""
+        """Logits whose leading (allowed) tokens per row, and each row's `extra` ids (tokens a repetition penalty
+        lowers, which may fall below others), are float32's; the rest bfloat16's, each provably below the leaders.
+        Leading: the `count - TOP_K_MARGIN` best (top-k sampling asks for k + TOP_K_MARGIN), or the best where count
+        is smaller (greedy asks for CANDIDATES). Extra ids are left out of the comparison (a penalty changes their
+        values after): the leaders are found among the other tokens, so they stay the leaders after the penalty."""
         if self.fast is None or not hidden.shape[0]:
             logits = self.exact(hidden)
             return logits if allowed is None else logits.masked_fill_(~allowed, float("-inf"))
         logits = self.fast(hidden)
         if allowed is not None:
             logits.masked_fill_(~allowed, float("-inf"))
-        top = torch.topk(logits, min(count, logits.shape[-1]), dim=-1).indices  # [rows, count]
-        self._recompute(logits, hidden, top, allowed)
+        vocab = logits.shape[-1]
+        ranked = torch.topk(logits, min(count + 1, vocab), dim=-1)  # one more: the best bfloat16 logit left out
+        top = ranked.indices[:, :count]  # [rows, count]
+        runner_up = ranked.values[:, count] if count < vocab else torch.full_like(ranked.values[:, 0], float("-inf"))
+        compared = self._recompute(logits, hidden, top, allowed)  # the exact values the leaders are taken from
         for row, ids in enumerate(extra or ()):
             if ids:
                 index = torch.tensor(ids, dtype=torch.long, device=logits.device).unsqueeze(0)
                 self._recompute(logits[row : row + 1], hidden[row : row + 1], index, None if allowed is None else
                                 allowed[row : row + 1])  # fmt: skip
+                compared[row].masked_fill_(torch.isin(top[row], index[0]), float("-inf"))
+        # greedy asks for CANDIDATES (its best must be exact), top-k sampling for k + TOP_K_MARGIN (its k best)
+        need = min(count - TOP_K_MARGIN if count > TOP_K_MARGIN else 1, compared.shape[-1])
+        threshold = torch.topk(compared, need, dim=-1).values[:, -1]  # [rows]; -inf: too few tokens to compare
+        self._recompute_contenders(logits, hidden, threshold, runner_up, allowed)
         return logits
+
+    def _recompute_contenders(
+        self,
+        logits: torch.Tensor,
+        hidden: torch.Tensor,
+        threshold: torch.Tensor,
+        runner_up: torch.Tensor,
+        allowed: torch.Tensor | None,
+    ) -> None:
+        """Recompute every token whose float32 logit may reach its row's threshold (the `need`-th best exact one):
+        its bfloat16 logit a is within error(a) = output_error * (|a| + |bias|) + norm_error * ||x|| of it, so only
+        tokens with a + output_error * |a| >= threshold - reach can, where reach is the rest of the error. Rows
+        whose runner-up (the best bfloat16 logit not recomputed) is below that have none: most rows."""
+        reach = self._norm_error * hidden.float().norm(dim=-1) + self._bias_error  # [rows]
+        target = threshold - reach
+        # a + e|a| is increasing in a: its inverse at the target is the lowest bfloat16 logit that may contend
+        lowest = torch.where(target >= 0, target / (1 + self._output_error), target / (1 - self._output_error))
+        for row in (runner_up >= lowest).nonzero().view(-1).tolist():
+            line = logits[row]
+            ids = ((line >= lowest[row]) & torch.isfinite(line)).nonzero().view(-1)  # the leaders too: cheap
+            if ids.numel() > FULL_ROW:  # a flat row: its whole float32 row costs less
+                exact = self.exact(hidden[row : row + 1])[0]
+                logits[row] = exact if allowed is None else exact.masked_fill_(~allowed[row], float("-inf"))
+                continue
+            exact = self.weight.index_select(0, ids) @ hidden[row].float()
+            if self.bias is not None:
+                exact += self.bias[ids]
+            line[ids] = exact  # disallowed tokens are -inf, never contending: they stay -inf
 
     def _recompute(
         self, logits: torch.Tensor, hidden: torch.Tensor, ids: torch.Tensor, allowed: torch.Tensor | None
-    ) -> None:
-        """logits[r, ids[r]] = the float32 head's values (disallowed ones stay -inf)."""
+    ) -> torch.Tensor:
+        """logits[r, ids[r]] = the float32 head's values (disallowed ones stay -inf); those values returned."""
         rows = self.weight.index_select(0, ids.reshape(-1)).view(*ids.shape, -1)  # [rows, n, hidden]
         exact = torch.bmm(rows, hidden.float().unsqueeze(-1)).squeeze(-1)
         if self.bias is not None:
@@ -72,3 +132,4 @@ class LMHead:
         if allowed is not None:  # fewer allowed tokens than candidates: the disallowed ones among them stay -inf
             exact.masked_fill_(~allowed.gather(-1, ids), float("-inf"))
         logits.scatter_(-1, ids, exact)
+        return exact

@@ -13,7 +13,7 @@ from engine.core.scheduler import ScheduledChunk
 from engine.errors import UnsupportedOptionError
 from engine.model import attention, fast_forward, patches
 from engine.model.attention import PagedKVCache
-from engine.model.batch import grammar_masks, pack
+from engine.model.batch import allowed_masks, pack
 
 log = logging.getLogger(__name__)
 
@@ -24,7 +24,7 @@ class ForwardResult:
     sampling_chunks: list[ScheduledChunk]
     forward_s: float
     weight_format: str = ""  # the format the step's linears ran in
-    grammar_applied: bool = False  # the logits already carry the grammars' masks (the LM head applied them)
+    grammar_applied: bool = False  # the logits carry the grammars' masks and min_tokens' bans (the LM head's)
 
 
 def prepare_model(model: torch.nn.Module) -> None:
@@ -62,6 +62,8 @@ class ModelRunner:
         self.model = model
         self.cache = cache
         self.vocab_size = model.get_output_embeddings().weight.shape[0]
+        #: tokens that end a reply (the engine's EOS ids): banned before the LM head's leaders while min_tokens is due
+        self.end_token_ids: set[int] = set()
         self.fast = fast_forward.build(model, formats=formats, compiled=compiled) if optimize else None
         if self.fast is not None:
             self.kernels = list(self.fast.kinds)
@@ -80,7 +82,8 @@ class ModelRunner:
         allowed = None
         if self.fast is not None:
             leading = batch.leading
-            allowed = grammar_masks(batch.sampling_chunks, self.vocab_size) if leading is not None else None
+            if leading is not None:
+                allowed = allowed_masks(batch.sampling_chunks, self.vocab_size, self.end_token_ids)
             logits = self.fast(
                 batch.context, batch.input_ids, batch.positions, batch.keep, leading, allowed, batch.tables,
                 batch.penalized,

@@ -136,7 +136,7 @@ def test_no_traceback_from_a_real_process(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_paris_on_the_embedded_model() -> None:
+def test_paris_on_the_embedded_model(embedded_model) -> None:  # the fixture converted it into the run's cache
     result = _subprocess(
         "generate", "--prompt", "What is the capital of France?", "--temperature", "0", "--max-tokens", "16"
     )

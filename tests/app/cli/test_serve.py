@@ -43,10 +43,15 @@ def test_chat_without_streaming(client: openai.OpenAI) -> None:
     assert choice.message.role == "assistant" and choice.finish_reason == "length"
     assert reply.usage.completion_tokens == 6 and reply.usage.prompt_tokens > 3
     assert reply.usage.total_tokens == reply.usage.prompt_tokens + 6
-    assert reply.usage.prompt_tokens_details.cached_tokens >= 0
+    # the same request again: every full page of its prompt (pages of 8) but the one holding its last token is cached
+    full_pages = (reply.usage.prompt_tokens - 1) // 8 * 8
+    assert full_pages >= 8 and 0 <= reply.usage.prompt_tokens_details.cached_tokens <= full_pages
+    again = client.chat.completions.create(model=MODEL, messages=HELLO, max_tokens=6, extra_body=LONG_RUN)
+    assert again.usage.prompt_tokens_details.cached_tokens == full_pages
 
 
 def test_chat_streaming_with_usage(client: openai.OpenAI) -> None:
+    client.chat.completions.create(model=MODEL, messages=HELLO, max_tokens=1, extra_body=LONG_RUN)  # its prompt cached
     chunks = list(
         client.chat.completions.create(
             model=MODEL,
@@ -62,14 +67,15 @@ def test_chat_streaming_with_usage(client: openai.OpenAI) -> None:
     assert [c.choices[0].finish_reason for c in chunks[:-1]][-1] == "length"
     usage = chunks[-1].usage
     assert chunks[-1].choices == [] and usage.completion_tokens == 5
-    # the same greedy request again: its prompt's full pages come from the prefix cache
-    assert usage.prompt_tokens_details.cached_tokens >= 0
+    # the same prompt again: its full pages come from the prefix cache
+    full_pages = (usage.prompt_tokens - 1) // 8 * 8
+    assert usage.prompt_tokens_details.cached_tokens == full_pages
     streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     whole = client.chat.completions.create(
         model=MODEL, messages=HELLO, max_tokens=5, temperature=0, extra_body=LONG_RUN
     )
     assert whole.choices[0].message.content == streamed
-    assert whole.usage.prompt_tokens_details.cached_tokens >= 8  # one full page of 8 tokens at least
+    assert whole.usage.prompt_tokens_details.cached_tokens == full_pages
 
 
 def test_completions_with_and_without_streaming(client: openai.OpenAI) -> None:

@@ -48,7 +48,7 @@ def test_self_test_fails_with_a_reason_when_the_model_cannot_load(tmp_path) -> N
 
 
 @pytest.mark.slow
-def test_self_test_streams_two_chats_on_the_embedded_model(tmp_path) -> None:
+def test_self_test_streams_two_chats_on_the_embedded_model(tmp_path, embedded_model) -> None:  # converted once
     shots = tmp_path / "shots"
     result = _studio("--self-test", "--screenshot", str(shots), home=tmp_path / "home")
     assert result.returncode == 0, result.stderr

@@ -293,6 +293,28 @@ def test_drafts_change_how_many_steps_not_which_tokens(make_engine) -> None:
     assert len(engine.metrics.snapshot().steps) == 20 - totals.accepted_tokens
 
 
+def test_speculation_on_a_full_pool_makes_the_same_reply_and_preempts_no_one(make_engine) -> None:
+    """Drafts only use free pages: a reply that runs until the pool is full is as long as without speculation, and
+    a request beside it is never preempted for a draft."""
+    looped = [7, 8, 9, 10, 11] * 6
+    long = SamplingParams(max_tokens=100, ignore_eos=True)
+    runs = {}
+    for speculative in (False, True):
+        engine = make_engine(page_size=4, kv_pages=12, speculative=speculative)  # 48 slots
+        alone = engine.add_request(looped, long)
+        run_to_completion(engine)
+        runs[speculative] = alone.output_ids, alone.finish_reason
+    assert runs[True] == runs[False] and len(runs[False][0]) == 48 - 30 + 1  # the last token needs no slot
+    for speculative in (False, True):
+        engine = make_engine(page_size=4, kv_pages=12, speculative=speculative)
+        # the short one ends long before the long one fills the pool: without drafts no one is preempted
+        requests = [engine.add_request(looped, long), engine.add_request([5, 6, 7], SamplingParams(max_tokens=6))]
+        run_to_completion(engine)
+        assert [r.preemptions for r in requests] == [0, 0]
+        runs[speculative] = [r.output_ids for r in requests]
+    assert runs[True] == runs[False] and len(runs[True][0]) == 48 - 30 + 1
+
+
 def test_accepted_drafts_publish_only_their_own_pages(make_engine) -> None:
     """Rejected draft slots are never published to the prefix cache: a later request reusing the pages makes the
     same tokens as one computed from scratch."""

@@ -154,3 +154,54 @@ def test_prefix_caching_off() -> None:
     s.add(b)
     run_step(s)
     assert b.cached_prompt_tokens == 0 and s.pool.num_cached_free == 0
+
+
+class EagerDrafter:
+    """Proposes `length` draft tokens for every decoding request, every step (as many as a repeating text gives)."""
+
+    def __init__(self, length: int = 8) -> None:
+        self.length = length
+
+    def propose(self, request_id: str, tokens: list[int]) -> list[int]:
+        return [7] * self.length
+
+    def learn(self, request_id: str, drafted: int, accepted: int) -> None:
+        pass
+
+    def forget(self, request_id: str) -> None:
+        pass
+
+
+def drafting(pages: int, page_size: int = 4) -> Scheduler:
+    cfg = EngineConfig(page_size=page_size, kv_pages=pages)
+    return Scheduler(cfg, PagePool(pages, page_size, cfg.prefix_caching), drafter=EagerDrafter())
+
+
+def test_a_lone_requests_draft_uses_only_the_free_pages_and_never_ends_it() -> None:
+    s = drafting(pages=4)  # 16 slots
+    a = request("a", 10)
+    s.add(a)
+    run_step(s)  # the prompt: 3 pages, then its first token
+    out = run_step(s)
+    assert out.out_of_pages == [] and not a.is_finished
+    (chunk,) = out.chunks
+    # the token to compute (position 10) and a draft up to the pool's last slot: 16 - 11 = 5 tokens
+    assert len(chunk.draft) == 5 and chunk.start + chunk.num_tokens == 16 and len(a.page_table) == 4
+    for _ in range(5):  # without drafts it makes its tokens until the pool is full
+        out = run_step(s)
+        assert out.out_of_pages == [] and all(len(c.draft) <= 15 - c.start for c in out.chunks)
+    assert a.num_computed == 16 and run_step(s).out_of_pages == [a]
+
+
+def test_a_draft_never_preempts_and_leaves_the_pages_others_need() -> None:
+    s = drafting(pages=7)
+    a, b = request("a", 10), request("b", 6, first=50)
+    s.add(a)
+    s.add(b)
+    run_step(s)  # a: 3 pages, b: 2 pages; 2 free
+    out = run_step(s)
+    assert out.preempted == [] and b.status is RequestStatus.RUNNING
+    draft = {c.request.request_id: len(c.draft) for c in out.chunks}
+    # the watermark (1 page) stays free while others run: a drafts into its own page and the one other free page
+    assert s.pool.num_free == s.watermark and draft["a"] == 12 + 4 - 11
+    assert draft["b"] == 8 - 7  # and b within its own last page

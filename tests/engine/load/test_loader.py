@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import time
 from pathlib import Path
 
 import pytest
@@ -244,11 +243,16 @@ def test_hub_download_uses_the_keyring_token(monkeypatch: pytest.MonkeyPatch, tm
     assert calls[-1]["allow_patterns"] == ["config.json"]
 
 
-def test_unknown_hub_repo_offline_fails_fast_and_clearly() -> None:
-    started = time.monotonic()
-    with pytest.raises(HubError):
+def test_unknown_hub_repo_offline_fails_fast_and_clearly(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The suite runs offline (HF_HUB_OFFLINE=1, tests/conftest.py): the refusal comes without a network request."""
+    import socket
+
+    def no_network(*args, **kwargs):
+        raise AssertionError("the offline suite made a network request")
+
+    monkeypatch.setattr(socket.socket, "connect", no_network)
+    with pytest.raises(HubError, match="not in the local cache"):
         load_model("studio-tests/definitely-not-a-real-repo-7f3a")
-    assert time.monotonic() - started < 60
 
 
 def test_memory_estimate_matches_the_loaded_model(tiny_model_dir: Path) -> None:
@@ -282,9 +286,15 @@ def test_embedded_default_model(embedded_model) -> None:
     assert 130e6 < info.parameters < 140e6  # tied embeddings counted once
 
 
+def _files(folder: Path) -> dict[str, tuple[int, int]]:
+    return {str(p): (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*") if p.is_file()}
+
+
 @pytest.mark.slow
 def test_embedded_second_load_uses_the_cache(embedded_model) -> None:
-    started = time.perf_counter()
+    from engine.paths import converted_models_dir
+
+    before = _files(converted_models_dir())
     again = load_model(None)
     assert again.info.folder == embedded_model.info.folder
-    assert time.perf_counter() - started < 15  # a conversion takes ~25 s; a cached load about one
+    assert _files(converted_models_dir()) == before  # nothing converted or written again

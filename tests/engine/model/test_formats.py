@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 import torch
 
@@ -12,9 +10,35 @@ from engine.model.formats import BFLOAT16, FLOAT32, FormatChoice, FormattedLinea
 from engine.types import SamplingParams
 
 
-def test_each_bucket_takes_the_format_measured_fastest() -> None:
+class FakeClock:
+    """formats.measure's clock, advanced by the passes it times: the timings are what each pass says it costs, not
+    what a busy machine makes of a sleep."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def costing(self, seconds):
+        """A pass that takes `seconds(rows)` on this clock."""
+
+        def run(rows: int) -> None:
+            self.now += seconds(rows)
+
+        return run
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
+    fake = FakeClock()
+    monkeypatch.setattr(formats, "time", fake)
+    return fake
+
+
+def test_each_bucket_takes_the_format_measured_fastest(clock: FakeClock) -> None:
     def slow_when(big: bool):
-        return lambda rows: time.sleep(0.004 if (rows > 4) == big else 0.0005)
+        return clock.costing(lambda rows: 0.004 if (rows > 4) == big else 0.0005)
 
     choice = measure({FLOAT32: slow_when(False), BFLOAT16: slow_when(True)}, buckets=(1, 4, 16))
     assert choice.chosen == {1: BFLOAT16, 4: BFLOAT16, 16: FLOAT32}
@@ -95,11 +119,12 @@ def test_quantized_linears_stay_close_to_the_float32_linear() -> None:
             assert error < bound, type(module).__name__
 
 
-def test_a_measured_choice_is_remembered_for_this_machine_and_shape() -> None:
+def test_a_measured_choice_is_remembered_for_this_machine_and_shape(clock: FakeClock) -> None:
     calls: list[str] = []
 
     def timed(name: str, delay: float):
-        return lambda rows: (calls.append(name), time.sleep(delay))
+        cost = clock.costing(lambda rows: delay)
+        return lambda rows: (calls.append(name), cost(rows))
 
     passes = {FLOAT32: timed(FLOAT32, 0.002), BFLOAT16: timed(BFLOAT16, 0.0002)}
     key = formats.machine_key("test shape", 1, 2, 3)
@@ -120,7 +145,7 @@ def _greedy_head(seed: int):
     head = LMHead(torch.nn.Linear(64, 1000, bias=False), weight, None, try_fast=False)
     head.exact.weight.data.copy_(weight)
     if formats.usable(BFLOAT16, torch.device("cpu")):
-        head.fast = formats.make_linear(weight, None, BFLOAT16)
+        head.use_fast(formats.make_linear(weight, None, BFLOAT16))
     return head
 
 

@@ -149,7 +149,7 @@ def test_a_server_error_is_reported_in_the_event() -> None:
 
 
 def test_a_stalled_server_times_out_with_a_clear_message() -> None:
-    release = threading.Event()
+    release, stall_over = threading.Event(), threading.Event()
 
     def stall(request) -> None:
         request.send_response(200)
@@ -157,14 +157,15 @@ def test_a_stalled_server_times_out_with_a_clear_message() -> None:
         request.end_headers()
         request.wfile.write(b'data: {"choices": [{"index": 0, "delta": {"content": "Hel"}}]}\n\n')
         request.wfile.flush()
-        release.wait(10)  # then nothing: a stuck server
+        release.wait(120)  # then nothing: a stuck server
+        stall_over.set()
 
     with stub_server(stall) as url, RemoteClient(url, model="m", name="cluster", read_timeout_s=0.5) as client:
-        started = time.monotonic()
         handle = client.submit(messages=HELLO)
-        result = handle.result(timeout=10)
+        result = handle.result(timeout=60)
+        stalled_throughout = not stall_over.is_set()  # the client gave up on its own, the server still silent
         release.set()
-    assert time.monotonic() - started < 5
+    assert stalled_throughout
     assert result.finish_reason == "error" and result.text == "Hel"
     assert "no answer from" in result.error and "for 0.5 s" in result.error and "stalled" in result.error
 
