@@ -22,7 +22,9 @@ from engine.core.runtime import runtime_record
 from engine.core.scheduler import Scheduler, SchedulerOutput
 from engine.core.step_cost import StepCostModel
 from engine.errors import InvalidRequestError, PromptTooLongError, UnsupportedOptionError
+from engine.load import kv_policy
 from engine.load.loader import LoadedModel
+from engine.load.memory import free_memory_bytes
 from engine.model import formats
 from engine.model.attention import PagedKVCache
 from engine.model.geometry import attention_geometry
@@ -83,7 +85,10 @@ class Engine:
         geometry = attention_geometry(self.model.config)
         kv_dtype = loaded.kv_dtype
         self.kv_bytes_per_token = geometry.kv_bytes_per_token(torch.empty((), dtype=kv_dtype).element_size())
-        num_pages = config.pages_for(self.kv_bytes_per_token)
+        auto = None
+        if config.kv_memory_bytes is None and config.kv_pages is None:  # sized here, with the model loaded
+            auto = kv_policy.default_budget(self.kv_bytes_per_token, free_memory_bytes(str(loaded.options.device)))
+        num_pages = config.pages_for(self.kv_bytes_per_token, auto)
         ps = config.page_size
         self.cache = PagedKVCache(
             geometry.num_layers, geometry.num_kv_heads, geometry.head_dim, num_pages, ps, kv_dtype,

@@ -5,8 +5,10 @@ gives it (weight_plan.py), and the file's pages it touched are dropped from this
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
 import mmap
+import sys
 import time
 import warnings
 from collections.abc import Callable
@@ -25,6 +27,7 @@ from engine.load.options import ResolvedOptions
 from engine.load.weight_plan import FLOAT32, INT4, INT8, FormatTally, LoadPlan, Mode, Role, TensorPlan, plan_load
 from engine.model import int4pack
 from engine.model.quantized import (
+    CHUNK_ROW_MULTIPLE,
     WEIGHT_MODULES,
     HalfLinear,
     Int4Linear,
@@ -39,6 +42,7 @@ log = logging.getLogger(__name__)
 Progress = Callable[[str], None]
 CHUNK_VALUES = 1 << 24  # float32 values decoded at a time (64 MB): a 150k-row LM head is never whole in float32
 PROGRESS_EVERY_S = 0.5
+TRIM_AFTER_VALUES = 1 << 20
 
 
 @dataclass
@@ -82,6 +86,7 @@ def load_gguf(header: GGUFHeader, options: ResolvedOptions, progress: Progress |
     model.requires_grad_(False)
     if options.device != "cpu":
         model.to(options.device)  # the buffers built on the CPU (rotary frequencies); weights went there one by one
+    release_freed_memory()
     seconds = time.perf_counter() - started
     log.info("read %s in %.1fs: %s", header.path.name, seconds, builder.tally.describe())
     return GGUFModel(model, plan, builder.tally, seconds)
@@ -126,6 +131,8 @@ class _Builder:
             self._place(name, entry, raw.view(entry.rows, entry.row_bytes))
             del raw
             _drop_pages(data, entry.offset, entry.nbytes)
+            if entry.rows * entry.shape[-1] >= TRIM_AFTER_VALUES:
+                release_freed_memory()  # the decoding's temporaries, before they pile up in the heap
 
     def _place(self, name: str, entry: TensorEntry, raw: torch.Tensor) -> None:
         module_name, _, attr = name.rpartition(".")
@@ -229,11 +236,24 @@ def decode(rows: torch.Tensor, kind: GGMLQuantizationType, dtype: torch.dtype, d
     return out
 
 
-def _chunked(rows: torch.Tensor, kind: GGMLQuantizationType, quantize) -> tuple[torch.Tensor, ...]:
-    """Decode a chunk of rows to float32, quantize it, next chunk: the parts concatenated."""
-    step = max(1, CHUNK_VALUES // gguf_blocks.dequantize(rows[:1], kind).shape[1])
-    parts = [quantize(gguf_blocks.dequantize(rows[s : s + step], kind)) for s in range(0, rows.shape[0], step)]
-    return tuple(torch.cat(items) for items in zip(*parts, strict=True))
+def _row_chunks(rows: torch.Tensor, columns: int):
+    """Consecutive row slices of about CHUNK_VALUES values, each a multiple of CHUNK_ROW_MULTIPLE rows but the last."""
+    step = max(CHUNK_ROW_MULTIPLE, CHUNK_VALUES // columns // CHUNK_ROW_MULTIPLE * CHUNK_ROW_MULTIPLE)
+    for start in range(0, rows.shape[0], step):
+        yield rows[start : start + step]
+
+
+def _int8_rows(rows: torch.Tensor, kind: GGMLQuantizationType, columns: int, bias) -> Int8Linear:
+    """Decode a chunk of rows to float32, requantize it per row into the preallocated module, next chunk."""
+    q = torch.empty(rows.shape[0], columns, dtype=torch.int8)
+    scale = torch.empty(rows.shape[0])
+    start = 0
+    for chunk in _row_chunks(rows, columns):
+        q[start : start + chunk.shape[0]], scale[start : start + chunk.shape[0]] = int8_rows_from_float(
+            gguf_blocks.dequantize(chunk, kind)
+        )
+        start += chunk.shape[0]
+    return Int8Linear.from_rows(q, scale, bias)
 
 
 def weight_module(
@@ -246,12 +266,15 @@ def weight_module(
 ) -> nn.Module:
     """A linear's module from its stored rows [out, bytes] (in the model's row order), in the plan's format: Q4 codes
     as stored in an Int4Linear, int8 rows, a 16-bit HalfLinear, or a plain nn.Linear (dense models, F32)."""
-    if plan.fmt == INT4 and kind in gguf_blocks.INT4_TYPES:
-        return Int4Linear.from_groups(*gguf_blocks.int4_groups(rows, kind), bias)
+    columns = gguf_blocks.dequantize(rows[:1], kind).shape[1]
     if plan.fmt == INT4:
-        return Int4Linear.from_groups(*_chunked(rows, kind, int4_groups_from_float), bias)
+        if kind in gguf_blocks.INT4_TYPES:  # the file's own codes
+            chunks = (gguf_blocks.int4_groups(chunk, kind) for chunk in _row_chunks(rows, columns))
+        else:
+            chunks = (int4_groups_from_float(gguf_blocks.dequantize(c, kind)) for c in _row_chunks(rows, columns))
+        return Int4Linear.from_row_chunks(rows.shape[0], columns, chunks, bias)
     if plan.fmt == INT8:
-        return Int8Linear.from_rows(*_chunked(rows, kind, int8_rows_from_float), bias)
+        return _int8_rows(rows, kind, columns, bias)
     dtype = getattr(torch, plan.fmt)
     weight = decode(rows, kind, dtype, device)
     if mode is Mode.AS_STORED and plan.fmt != FLOAT32:
@@ -291,6 +314,15 @@ def _name_map(model: nn.Module, config, header: GGUFHeader):
                 names.setdefault(f"{gguf_name}.{suffix}", hf_name)
                 break
     return names, (None if processor_class is TensorProcessor else processor)
+
+
+def release_freed_memory() -> None:
+    """Hand the heap memory freed by the load's temporaries back to the OS (glibc keeps it otherwise: a 0.5B model's
+    resident memory measured 220 MB higher without this)."""
+    if not sys.platform.startswith("linux"):
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 def _drop_pages(data: mmap.mmap, offset: int, length: int) -> None:

@@ -11,10 +11,29 @@ import torch
 
 AS_STORED_KV = torch.bfloat16
 MINIMUM_TOKENS = 4096  # the smallest KV cache worth loading a model for: one long chat
+#: the automatic budget: as many tokens as llama.cpp's server holds by default (4 slots of 4096), so the same chats fit
+DEFAULT_TOKENS = 16384
+FREE_SHARE = 0.5  # of the memory left free after the model: the rest stays for the system and other programs
 
 
 def minimum_budget(kv_bytes_per_token: int) -> int:
     return MINIMUM_TOKENS * kv_bytes_per_token
+
+
+def default_budget(kv_bytes_per_token: int, free_bytes: int) -> int:
+    """The automatic KV budget: DEFAULT_TOKENS of this model's KV (so it grows with the model's layers, heads and KV
+    dtype), at most FREE_SHARE of the memory free beside the model, and never under one long chat (MINIMUM_TOKENS).
+    free_bytes: the memory free with the model loaded (or, before loading, free memory minus the estimate)."""
+    wanted = DEFAULT_TOKENS * kv_bytes_per_token
+    if free_bytes > 0:
+        wanted = min(wanted, int(free_bytes * FREE_SHARE))
+    return max(wanted, minimum_budget(kv_bytes_per_token))
+
+
+def describe_budget(budget: int, kv_bytes_per_token: int) -> str:
+    from engine.load.estimate import format_bytes
+
+    return f"{format_bytes(budget)} ({budget // max(1, kv_bytes_per_token):,} tokens)"
 
 
 def kv_dtype(device: str, model_dtype: torch.dtype, as_stored: bool) -> torch.dtype:

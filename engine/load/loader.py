@@ -18,6 +18,7 @@ from engine.errors import ModelFormatError, StudioError, UnsupportedOptionError
 from engine.load import kv_policy
 from engine.load.estimate import MemoryEstimate
 from engine.load.gguf_header import read_header
+from engine.load.gguf_loader import release_freed_memory
 from engine.load.hub import download_repo
 from engine.load.memory import check_fits, estimate, estimate_gguf, model_shape
 from engine.load.model_source import ModelSource, SourceKind, resolve_model_spec
@@ -173,7 +174,7 @@ def _kv_budget(mem: MemoryEstimate, kv_budget_bytes: int | None) -> int:
 def _load_gguf(
     source: ModelSource, resolved: ResolvedOptions, options: LoadOptions, progress, kv_budget_bytes: int | None
 ) -> LoadedModel:
-    from engine.load.gguf_loader import load_gguf
+    from engine.load import gguf_loader
     from engine.load.gguf_metadata import read_tokenizer
 
     assert source.path is not None
@@ -185,7 +186,7 @@ def _load_gguf(
         progress(f"loading {source.display_name} ({held})")
     tokenizer = read_tokenizer(header)
     try:
-        built = load_gguf(header, resolved, progress)
+        built = gguf_loader.load_gguf(header, resolved, progress)
     except StudioError:
         raise
     except (RuntimeError, ValueError) as exc:  # torch or a decoder refusing the file's data
@@ -267,6 +268,7 @@ def _load_folder(
         if progress:
             progress(f"quantizing {source.display_name} to {resolved.quantization}, one layer at a time")
         quantize_model(model, resolved.quantization)
+        release_freed_memory()
     elif resolved.quantization == "none":
         model = model.to(resolved.device)
     model.eval()

@@ -60,16 +60,16 @@ class LoadPlan:
     small: bool = False  # dense float32 under `auto` because the model is small (SMALL_MODEL_FLOAT32_BYTES)
 
     def tensor(self, kind: GGMLQuantizationType, shape: tuple[int, ...], role: Role, quantization: str) -> TensorPlan:
-        if role is Role.OTHER or len(shape) < 2:
-            return TensorPlan(_name(self.dtype), "as stored" if _stored_dtype(kind) == self.dtype else "converted")
-        if self.mode is Mode.DENSE:
-            how = "as stored" if _stored_dtype(kind) == self.dtype else f"dequantized from {kind.name}"
-            return TensorPlan(_name(self.dtype), how)
         if not can_decode(kind):
             raise ModelFormatError(
                 f"this file stores weights as {kind.name}, which the studio cannot read; use a Q4_K_M, Q4_0, Q5_K_M, "
                 "Q6_K or Q8_0 file of the model"
             )
+        if role is Role.OTHER or len(shape) < 2:
+            return TensorPlan(_name(self.dtype), "as stored" if _stored_dtype(kind) == self.dtype else "converted")
+        if self.mode is Mode.DENSE:
+            how = "as stored" if _stored_dtype(kind) == self.dtype else f"dequantized from {kind.name}"
+            return TensorPlan(_name(self.dtype), how)
         columns = shape[-1]
         groups_fit = columns % INT4_GROUP == 0
         if quantization == INT8:

@@ -5,6 +5,8 @@ Inputs are cast to bfloat16 for the kernels (their float32 paths are 5-10x slowe
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -17,6 +19,8 @@ INT4_TILES = int4pack.INNER_K_TILES
 #: dtype and float32 activations run 5-10x slower there (measured at 1-16 rows on AVX-512; see the loader's notes)
 SCALE_DTYPE = torch.bfloat16
 DEQUANTIZE_ROWS = 4096
+#: rows of a chunk packed on its own: whole blocks of torch's packing (32 or 64 rows, by CPU) land where they belong
+CHUNK_ROW_MULTIPLE = 64
 
 
 def scale_up(scale: torch.Tensor) -> torch.Tensor:
@@ -119,18 +123,48 @@ class Int4Linear(nn.Module):
         module._set(codes, scale, zero, bias)
         return module
 
+    @classmethod
+    def from_row_chunks(
+        cls,
+        out_features: int,
+        in_features: int,
+        chunks: Iterable[tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
+        bias: torch.Tensor | None = None,
+    ) -> Int4Linear:
+        """Like from_groups, from consecutive chunks of rows (each a multiple of CHUNK_ROW_MULTIPLE rows but the
+        last), packed as they come: a 150k-row LM head never has all its codes in memory at once."""
+        _check_int4_shape(out_features, in_features)
+        module = cls.__new__(cls)
+        nn.Module.__init__(module)
+        module._set_chunks(out_features, in_features, chunks, bias)
+        return module
+
     def _set(self, codes: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, bias: torch.Tensor | None) -> None:
-        n, k = codes.shape
+        self._set_chunks(*codes.shape, [(codes, scale, zero)], bias)
+
+    def _set_chunks(self, n: int, k: int, chunks, bias: torch.Tensor | None) -> None:
         self.out_features, self.in_features = n, k
-        padded = -n % int4pack.ROW_MULTIPLE
-        if padded:  # code 8 with scale and zero 0: the padding rows are exact zeros
-            codes = torch.cat([codes, torch.full((padded, k), 8, dtype=torch.uint8)])
-            scale = torch.cat([scale, scale.new_zeros(padded, scale.shape[1])])
-            zero = torch.cat([zero, zero.new_zeros(padded, zero.shape[1])])
-        self.register_buffer("packed", int4pack.pack(codes.to(torch.uint8)))
-        self.register_buffer(
-            "scales_and_zeros", torch.stack([scale, zero], dim=-1).transpose(0, 1).to(SCALE_DTYPE).contiguous()
-        )
+        padded = n + (-n % int4pack.ROW_MULTIPLE)
+        packed = torch.empty(padded, k // 2, dtype=torch.uint8)
+        scales_and_zeros = torch.empty(k // INT4_GROUP, padded, 2, dtype=SCALE_DTYPE)
+        row = 0
+        for codes, scale, zero in chunks:
+            rows = codes.shape[0]
+            if row + rows == n and padded > n:  # code 8 with scale and zero 0: the padding rows are exact zeros
+                codes = torch.cat([codes, torch.full((padded - n, k), 8, dtype=torch.uint8)])
+                scale = torch.cat([scale, scale.new_zeros(padded - n, scale.shape[1])])
+                zero = torch.cat([zero, zero.new_zeros(padded - n, zero.shape[1])])
+            elif rows % CHUNK_ROW_MULTIPLE and row + rows != n:
+                raise ValueError(f"a chunk of {rows} rows is not a multiple of {CHUNK_ROW_MULTIPLE}")
+            end = row + codes.shape[0]
+            packed[row:end] = int4pack.pack(codes.to(torch.uint8))
+            scales_and_zeros[:, row:end, 0] = scale.t()
+            scales_and_zeros[:, row:end, 1] = zero.t()
+            row = end
+        if row != padded:
+            raise ValueError(f"the chunks held {row} rows, not {n}")
+        self.register_buffer("packed", packed)
+        self.register_buffer("scales_and_zeros", scales_and_zeros)
         self.register_buffer("bias", _float_bias(bias))
 
     @property

@@ -115,3 +115,16 @@ def test_as_stored_tiny_model_runs_the_transformers_forward(tiny_model_dir) -> N
             logits = model(input_ids=ids).logits
             assert logits.dtype == torch.float32
             assert (logits - expected).abs().max() < 0.25 * expected.abs().max()
+
+
+def test_int4_packed_chunk_by_chunk_equals_packed_whole() -> None:
+    n, k = 200, 64  # chunks of 64 rows and a short last one that needs padding to 16
+    generator = torch.Generator().manual_seed(2)
+    codes = torch.randint(0, 16, (n, k), dtype=torch.uint8, generator=generator)
+    scale, zero = torch.rand(n, 2, generator=generator), torch.rand(n, 2, generator=generator)
+    whole = Int4Linear.from_groups(codes, scale, zero)
+    chunks = [(codes[i : i + 64], scale[i : i + 64], zero[i : i + 64]) for i in range(0, n, 64)]
+    chunked = Int4Linear.from_row_chunks(n, k, chunks)
+    assert torch.equal(chunked.packed, whole.packed) and torch.equal(chunked.scales_and_zeros, whole.scales_and_zeros)
+    with pytest.raises(ValueError, match="not a multiple of 64"):
+        Int4Linear.from_row_chunks(n, k, [(codes[:40], scale[:40], zero[:40]), (codes[40:], scale[40:], zero[40:])])
