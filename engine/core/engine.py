@@ -24,7 +24,7 @@ from engine.core.step_cost import StepCostModel
 from engine.errors import InvalidRequestError, PromptTooLongError, UnsupportedOptionError
 from engine.load import kv_policy
 from engine.load.loader import LoadedModel
-from engine.load.memory import free_memory_bytes
+from engine.load.memory import free_memory_bytes, release_freed_memory
 from engine.model import formats
 from engine.model.attention import PagedKVCache
 from engine.model.geometry import attention_geometry
@@ -95,6 +95,7 @@ class Engine:
             loaded.options.device,
         )  # fmt: skip
         self.runner = ModelRunner(self.model, self.cache, config.optimize, weight_formats(loaded), config.compiled_step)
+        release_freed_memory()  # the copies the format measurement built and dropped: back to the OS, not the heap
         self.kernels = self.runner.kernels
         self.step_cost = StepCostModel(
             config.prefill_budget_s or 0.0, config.prefill_stall_ratio, min_tokens=ps, max_tokens=config.max_step_tokens

@@ -34,7 +34,7 @@ class MemoryEstimate:
     quantization: str
     weight_bytes: int
     kv_bytes_per_token: int
-    #: at most this much more for the engine's own copies of the weights in faster formats (CPU: prepacked float32,
+    #: about this much more for the engine's own copies of the weights in faster formats (CPU: prepacked float32,
     #: bfloat16, int8/int4 where chosen); the model's weights stay for the reference path
     engine_copy_bytes: int = 0
     #: what the chosen format does to decode speed here, measured on this model's layer shapes (or "")

@@ -18,9 +18,8 @@ from engine.errors import ModelFormatError, StudioError, UnsupportedOptionError
 from engine.load import kv_policy
 from engine.load.estimate import MemoryEstimate
 from engine.load.gguf_header import read_header
-from engine.load.gguf_loader import release_freed_memory
 from engine.load.hub import download_repo
-from engine.load.memory import check_fits, estimate, estimate_gguf, model_shape
+from engine.load.memory import check_fits, estimate, estimate_gguf, model_shape, release_freed_memory
 from engine.load.model_source import ModelSource, SourceKind, resolve_model_spec
 from engine.load.options import LoadOptions, ResolvedOptions, element_size, resolve_options
 from engine.load.quantize_model import quantize_model

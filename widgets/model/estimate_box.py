@@ -58,7 +58,7 @@ class EstimateBox(QGroupBox):
         quant = "" if estimate.quantization == "none" else f", {estimate.quantization}"
         weights = f"{format_bytes(estimate.weight_bytes)} ({estimate.dtype}{quant})"
         if estimate.engine_copy_bytes:
-            weights += f" + up to {format_bytes(estimate.engine_copy_bytes)} of faster copies the engine makes"
+            weights += f" + about {format_bytes(estimate.engine_copy_bytes)} of faster copies the engine makes"
         self.labels["weights"].setText(weights)
         self.labels["weights"].setToolTip(estimate.weight_formats)
         self.labels["kv_token"].setText(f"{format_bytes(estimate.kv_bytes_per_token)} ({estimate.kv_dtype})")
