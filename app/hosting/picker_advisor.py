@@ -57,7 +57,10 @@ class EngineAdvisor:
         estimate = estimate_for_spec(choice.spec, load_options)
         resolved = options.resolve_options(load_options)
         if resolved.device == "cpu" and estimate.shape.hidden_size:
-            note = compare_note(estimate.shape, resolved.quantization, resolved.dtype_auto)
+            # a GGUF file held as stored: its main format (int4 for a Q4 file) is what decodes
+            held = estimate.quantization.split("+")[0] if estimate.quantization != "none" else resolved.quantization
+            dtype_auto = resolved.dtype_auto and estimate.dtype == "float32"
+            note = compare_note(estimate.shape, held, dtype_auto)
             estimate = dataclasses.replace(estimate, decode_note=note)
         return estimate
 

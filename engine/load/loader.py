@@ -24,7 +24,6 @@ from engine.load.model_source import ModelSource, SourceKind, resolve_model_spec
 from engine.load.options import LoadOptions, ResolvedOptions, element_size, resolve_options
 from engine.load.quantize_model import quantize_model
 from engine.load.weight_plan import Mode
-from engine.model.quantized import weight_format
 
 log = logging.getLogger(__name__)
 
@@ -194,8 +193,8 @@ def _load_gguf(
     as_stored = built.plan.mode is Mode.AS_STORED
     shape = mem.shape
     dtype = built.plan.dtype
-    formats = sorted({weight_format(m) for m in _linears(model)})
-    quantization = "+".join(f for f in formats if f != str(dtype).removeprefix("torch.")) if as_stored else "none"
+    held = [f for f in built.tally.formats_by_bytes if f != str(dtype).removeprefix("torch.")]
+    quantization = "+".join(held) if as_stored and held else "none"
     kv_dtype = kv_policy.kv_dtype(resolved.device, dtype, as_stored)
     info = ModelInfo(
         name=source.display_name,
@@ -287,16 +286,18 @@ def _load_folder(
         kv_bytes_per_token=shape.kv_bytes_per_token(element_size(kv_dtype)),
         context_length=shape.context_length,
         load_seconds=0.0,
+        weight_formats=_folder_formats(resolved, load_dtype),
         load_options=options,
     )
     return LoadedModel(model, tokenizer, info, source, resolved, kv_dtype, resolved.engine_quantized)
 
 
-def _linears(model: torch.nn.Module) -> list[torch.nn.Module]:
-    from engine.model.quantized import WEIGHT_MODULES
-
-    head = model.get_output_embeddings()
-    return [m for m in model.modules() if isinstance(m, (torch.nn.Linear, *WEIGHT_MODULES)) and m is not head]
+def _folder_formats(resolved: ResolvedOptions, load_dtype: torch.dtype) -> str:
+    if not resolved.engine_quantized:
+        return ""
+    unit = "group of 32 inputs" if resolved.quantization == "int4" else "row"
+    stored = str(load_dtype).removeprefix("torch.")
+    return f"{resolved.quantization} (quantized per {unit} from {stored} at load, one linear at a time)"
 
 
 def _format_count(count: int) -> str:

@@ -122,7 +122,7 @@ def estimate_gguf(header: GGUFHeader, options: ResolvedOptions) -> MemoryEstimat
     as_stored = plan.mode is Mode.AS_STORED
     kv = kv_policy.kv_dtype(options.device, plan.dtype, as_stored)
     copies = 0 if as_stored else engine_copy_bytes(shape, options)
-    formats = [fmt for fmt in tally.formats if fmt != "float32"]
+    formats = [fmt for fmt in tally.formats_by_bytes if fmt != "float32"]
     return MemoryEstimate(
         shape=shape,
         dtype=str(plan.dtype).removeprefix("torch."),

@@ -12,7 +12,7 @@ from gguf import GGMLQuantizationType
 
 from engine.errors import ModelFormatError, UnsupportedOptionError
 from engine.load.gguf_blocks import FLOAT_TYPES, INT4_TYPES, bits_per_weight, can_decode
-from engine.load.options import ResolvedOptions
+from engine.load.options import ResolvedOptions, gguf_quantization_problem
 from engine.model.quantized import INT4_GROUP
 
 Q = GGMLQuantizationType
@@ -113,6 +113,14 @@ class FormatTally:
         return sorted({fmt for fmt, _how in self.entries})
 
     @property
+    def formats_by_bytes(self) -> list[str]:
+        """The formats, the one holding the most bytes first."""
+        held: dict[str, int] = {}
+        for (fmt, _how), (_count, nbytes) in self.entries.items():
+            held[fmt] = held.get(fmt, 0) + nbytes
+        return sorted(held, key=lambda fmt: -held[fmt])
+
+    @property
     def nbytes(self) -> int:
         return sum(nbytes for _count, nbytes in self.entries.values())
 
@@ -134,10 +142,7 @@ SMALL_MODEL_FLOAT32_BYTES = 1024**3
 def plan_load(options: ResolvedOptions, matrix_kinds: set[GGMLQuantizationType], float32_bytes: int = 0) -> LoadPlan:
     """The model's mode from the options, the types of the file's matrices and its size in float32."""
     if options.quantization in ("nf4", "fp4") or (options.quantization == INT8 and options.device != "cpu"):
-        raise UnsupportedOptionError(
-            f"{options.quantization} is bitsandbytes' format for safetensors models; a GGUF file loads as it is "
-            "stored (or --quant int8/int4 on a CPU, --dtype float32 for the exact reference)"
-        )
+        raise UnsupportedOptionError(gguf_quantization_problem(options.quantization))
     if options.device != "cpu":
         return LoadPlan(Mode.DENSE, options.dtype)  # dequantized per tensor into the device's 16-bit format
     if options.quantization in (INT8, INT4):
