@@ -14,11 +14,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from gguf import GGMLQuantizationType
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from torch import nn
 
 from engine.errors import ModelFormatError
-from engine.load import gguf_blocks
+from engine.load import gguf_blocks, native
 from engine.load.gguf_header import GGUFHeader, TensorEntry
 from engine.load.gguf_metadata import read_config
 from engine.load.memory import release_freed_memory
@@ -223,16 +223,27 @@ class _Builder:
             raise ModelFormatError(f"{self.header.path.name} lacks tensors the model needs: {shown}")
 
 
+def _native(kind: GGMLQuantizationType) -> bool:
+    """The C++ decoders take this type (and are built here)."""
+    return kind in gguf_blocks.DECODED and native.available()
+
+
 def decode(rows: torch.Tensor, kind: GGMLQuantizationType, dtype: torch.dtype, device="cpu") -> torch.Tensor:
     """Stored rows [R, bytes] -> [R, K] in `dtype` on `device`, a chunk of rows at a time (a 150k-row LM head is
     never whole in float32)."""
     count = rows.shape[0]
-    columns = gguf_blocks.dequantize(rows[:1], kind).shape[1]
+    columns = _columns(rows, kind)
     out = torch.empty(count, columns, dtype=dtype, device=device)
     step = max(1, CHUNK_VALUES // columns)
+    decoder = native.dequantize if _native(kind) else gguf_blocks.dequantize
     for start in range(0, count, step):
-        out[start : start + step] = gguf_blocks.dequantize(rows[start : start + step], kind).to(dtype)
+        out[start : start + step] = decoder(rows[start : start + step], kind).to(dtype)
     return out
+
+
+def _columns(rows: torch.Tensor, kind: GGMLQuantizationType) -> int:
+    block, size = GGML_QUANT_SIZES[kind]
+    return rows.shape[1] // size * block
 
 
 def _row_chunks(rows: torch.Tensor, columns: int):
@@ -244,6 +255,8 @@ def _row_chunks(rows: torch.Tensor, columns: int):
 
 def _int8_rows(rows: torch.Tensor, kind: GGMLQuantizationType, columns: int, bias) -> Int8Linear:
     """Decode a chunk of rows to float32, requantize it per row into the preallocated module, next chunk."""
+    if _native(kind):  # one pass a row, no float32 chunk
+        return Int8Linear.from_rows(*native.int8_rows(rows, kind), bias)
     q = torch.empty(rows.shape[0], columns, dtype=torch.int8)
     scale = torch.empty(rows.shape[0])
     start = 0
@@ -265,8 +278,12 @@ def weight_module(
 ) -> nn.Module:
     """A linear's module from its stored rows [out, bytes] (in the model's row order), in the plan's format: Q4 codes
     as stored in an Int4Linear, int8 rows, a 16-bit HalfLinear, or a plain nn.Linear (dense models, F32)."""
-    columns = gguf_blocks.dequantize(rows[:1], kind).shape[1]
+    columns = _columns(rows, kind)
     if plan.fmt == INT4:
+        layout = int4pack.layout()
+        if kind in gguf_blocks.INT4_TYPES and layout is not None and _native(kind):  # codes into torch's packing
+            packed, scales_and_zeros = native.int4_pack(rows, kind, layout.block, layout.split)
+            return Int4Linear.from_packed(packed, scales_and_zeros, rows.shape[0], columns, bias)
         if kind in gguf_blocks.INT4_TYPES:  # the file's own codes
             chunks = (gguf_blocks.int4_groups(chunk, kind) for chunk in _row_chunks(rows, columns))
         else:

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from engine.errors import ModelFormatError
-from engine.load.gguf_header import ARRAY, STRING, GGUFHeader, read_header
+from engine.load.gguf_header import ARRAY, SMALL_ARRAY, STRING, GGUFHeader, read_header
 
 _PATCH_LOCK = threading.Lock()
 
@@ -24,7 +24,9 @@ class _Field:
     def __init__(self, value: object, types: list[int]) -> None:
         self.types = types
         if types[0] == ARRAY:
-            items = value if isinstance(value, list) else []  # a long string array: its length only (unused here)
+            # long arrays (the vocabulary, its merges and token types) are the tokenizer's, read by its own reader:
+            # a config has no use for them, and turning 150k values into fields took a second per read
+            items = value if isinstance(value, list) and len(value) <= SMALL_ARRAY else []
             self.parts = [item.encode() if types[1] == STRING else [item] for item in items]
         else:
             self.parts = [value.encode() if types[0] == STRING else [value]]  # type: ignore[union-attr]

@@ -139,6 +139,33 @@ class Int4Linear(nn.Module):
         module._set_chunks(out_features, in_features, chunks, bias)
         return module
 
+    @classmethod
+    def from_packed(
+        cls,
+        packed: torch.Tensor,
+        scales_and_zeros: torch.Tensor,
+        out_features: int,
+        in_features: int,
+        bias: torch.Tensor | None = None,
+    ) -> Int4Linear:
+        """From a weight already in torch's packing for this CPU (rows padded to a multiple of 16) and its bfloat16
+        scales_and_zeros [in / 32, padded rows, 2]: what the loader's C++ decoders make of a GGUF Q4 tensor."""
+        _check_int4_shape(out_features, in_features)
+        padded = out_features + (-out_features % int4pack.ROW_MULTIPLE)
+        if packed.shape != (padded, in_features // 2) or scales_and_zeros.shape != (
+            in_features // INT4_GROUP,
+            padded,
+            2,
+        ):
+            raise ValueError(f"a packing of {tuple(packed.shape)} does not hold {out_features}x{in_features} weights")
+        module = cls.__new__(cls)
+        nn.Module.__init__(module)
+        module.out_features, module.in_features = out_features, in_features
+        module.register_buffer("packed", packed)
+        module.register_buffer("scales_and_zeros", scales_and_zeros.to(SCALE_DTYPE))
+        module.register_buffer("bias", _float_bias(bias))
+        return module
+
     def _set(self, codes: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, bias: torch.Tensor | None) -> None:
         self._set_chunks(*codes.shape, [(codes, scale, zero)], bias)
 

@@ -20,6 +20,19 @@ Q = GGMLQuantizationType
 ROWS, COLUMNS = 48, 512  # 48 rows: torch's int4 packing in a full block and a short one
 AS_STORED = LoadPlan(Mode.AS_STORED, torch.float32)
 CPU = resolve_options(LoadOptions(device="cpu"))
+ALL_DECODED = [Q.Q4_0, Q.Q4_1, Q.Q4_K, Q.Q5_0, Q.Q5_1, Q.Q5_K, Q.Q6_K, Q.Q8_0, Q.BF16, Q.F16, Q.F32]
+
+
+@pytest.fixture(autouse=True, params=["native", "torch"])
+def decoders(request, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every mapping through the C++ decoders (where they build) and through torch's (a packaged studio's)."""
+    from engine.load import gguf_loader, native
+
+    if request.param == "torch":
+        monkeypatch.setattr(gguf_loader, "_native", lambda kind: False)
+    elif not native.available():
+        pytest.skip(f"the C++ decoders are unavailable here: {native.unavailable_reason()}")
+    return request.param
 
 
 def _module(kind: GGMLQuantizationType, quantization: str = "none"):
@@ -83,6 +96,27 @@ def test_int8_and_int4_options_requantize_what_is_not_already_so() -> None:
     assert isinstance(_module(Q.Q4_K, "int8")[0], Int8Linear)
     module, _reference, plan = _module(Q.Q8_0, "int4")
     assert isinstance(module, Int4Linear) and plan.how == "Q8_0 requantized per group of 32"
+
+
+@pytest.mark.parametrize("kind", ALL_DECODED)
+def test_the_cpp_decoders_give_the_torch_decoders_values_bit_for_bit(kind: GGMLQuantizationType, decoders) -> None:
+    from engine.load import native
+    from engine.model import int4pack
+    from engine.model.quantized import int8_rows_from_float
+
+    if decoders == "torch":
+        pytest.skip("compares the two")
+    raw = torch.from_numpy(blocks(kind, 176, COLUMNS, np.random.default_rng(7)).view(np.uint8).reshape(176, -1))
+    floats = gguf_blocks.dequantize(raw, kind)
+    assert torch.equal(native.dequantize(raw, kind), floats)
+    q, scale = native.int8_rows(raw, kind)
+    expected_q, expected_scale = int8_rows_from_float(floats)
+    assert torch.equal(q, expected_q) and torch.equal(scale, expected_scale.bfloat16())
+    layout = int4pack.layout()
+    if kind in gguf_blocks.INT4_TYPES and layout is not None:
+        packed, scales_and_zeros = native.int4_pack(raw, kind, layout.block, layout.split)
+        reference = Int4Linear.from_groups(*gguf_blocks.int4_groups(raw, kind))
+        assert torch.equal(packed, reference.packed) and torch.equal(scales_and_zeros, reference.scales_and_zeros)
 
 
 def test_a_type_nothing_can_read_is_refused_naming_it() -> None:
