@@ -74,11 +74,19 @@ def build_empty(config, dtype: torch.dtype) -> nn.Module:
             raise ModelFormatError(f"transformers has no causal language model for this file: {exc}") from None
 
 
-def load_gguf(header: GGUFHeader, options: ResolvedOptions, progress: Progress | None = None) -> GGUFModel:
+def load_gguf(
+    header: GGUFHeader,
+    options: ResolvedOptions,
+    progress: Progress | None = None,
+    config=None,
+    model: nn.Module | None = None,
+) -> GGUFModel:
+    """The file's model, filled tensor by tensor. config, model: the file's config and the model built empty from it
+    in the plan's dtype (build_empty), when the caller has them already."""
     started = time.perf_counter()
     plan = plan_for(header, options)
-    config = read_config(header)
-    model = build_empty(config, plan.dtype)
+    config = config or read_config(header)
+    model = model if model is not None else build_empty(config, plan.dtype)
     builder = _Builder(header, model, config, plan, options)
     builder.run(progress)
     model.eval()
@@ -235,9 +243,13 @@ def decode(rows: torch.Tensor, kind: GGMLQuantizationType, dtype: torch.dtype, d
     columns = _columns(rows, kind)
     out = torch.empty(count, columns, dtype=dtype, device=device)
     step = max(1, CHUNK_VALUES // columns)
-    decoder = native.dequantize if _native(kind) else gguf_blocks.dequantize
+    on_device = torch.device(device).type != "cpu" and kind in gguf_blocks.DECODED
+    decoder = native.dequantize if not on_device and _native(kind) else gguf_blocks.dequantize
     for start in range(0, count, step):
-        out[start : start + step] = decoder(rows[start : start + step], kind).to(dtype)
+        chunk = rows[start : start + step]
+        if on_device:  # a GPU decodes its own copy of the bytes: the torch decoders run there, many times faster
+            chunk = chunk.to(device, non_blocking=False)
+        out[start : start + step] = decoder(chunk, kind).to(dtype)
     return out
 
 

@@ -173,18 +173,21 @@ def _load_gguf(
     source: ModelSource, resolved: ResolvedOptions, options: LoadOptions, progress, kv_budget_bytes: int | None
 ) -> LoadedModel:
     from engine.load import gguf_loader
+    from engine.load.gguf_metadata import read_config as read_config_of
     from engine.load.gguf_metadata import read_tokenizer
 
     assert source.path is not None
     header = read_header(source.path)
-    mem = estimate_gguf(header, resolved)
+    config = read_config_of(header)
+    empty = gguf_loader.build_empty(config, gguf_loader.plan_for(header, resolved).dtype)  # filled below if it fits
+    mem = estimate_gguf(header, resolved, model_shape(config, empty))
     check_fits(mem, source.display_name, resolved.device, _kv_budget(mem, kv_budget_bytes))
     if progress:
         held = mem.dtype if mem.quantization == "none" else f"{mem.quantization} as stored"
         progress(f"loading {source.display_name} ({held})")
     tokenizer = read_tokenizer(header)
     try:
-        built = gguf_loader.load_gguf(header, resolved, progress)
+        built = gguf_loader.load_gguf(header, resolved, progress, config, empty)
     except StudioError:
         raise
     except (RuntimeError, ValueError) as exc:  # torch or a decoder refusing the file's data

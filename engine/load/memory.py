@@ -23,16 +23,18 @@ from engine.model.geometry import attention_geometry
 _NF4_BYTES_PER_WEIGHT = 0.5 + 4 / 64
 
 
-def model_shape(config) -> ModelShape:
-    """Count parameters by building the model on the meta device (no weight is allocated)."""
+def model_shape(config, model: nn.Module | None = None) -> ModelShape:
+    """Count parameters by building the model on the meta device (no weight is allocated), or on `model`, already
+    built so (the loader's, before it fills it)."""
     from accelerate import init_empty_weights
     from transformers import AutoModelForCausalLM
 
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
     geometry = attention_geometry(config)
-    with init_empty_weights(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        model = AutoModelForCausalLM.from_config(config)
+    if model is None:
+        with init_empty_weights(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model = AutoModelForCausalLM.from_config(config)
     # from_config leaves tied embeddings untied on the meta device (and tying inside the context is undone)
     model.tie_weights()
     parameters = sum(p.numel() for p in model.parameters())
@@ -100,14 +102,15 @@ def _engine_quantized_bytes(shape: ModelShape, quantization: str) -> int:
     return linear_bytes + head + own_embedding + other * 4
 
 
-def estimate_gguf(header: GGUFHeader, options: ResolvedOptions) -> MemoryEstimate:
+def estimate_gguf(header: GGUFHeader, options: ResolvedOptions, shape: ModelShape | None = None) -> MemoryEstimate:
     """What loading this file with these options will hold: each tensor in the format the load plan gives it (the
-    bytes the loader allocates), the KV cache per token in its dtype, and the runtime around them."""
+    bytes the loader allocates), the KV cache per token in its dtype, and the runtime around them. shape: the model's,
+    when the caller has it (else read from the file's config)."""
     from engine.load.gguf_loader import plan_for
     from engine.load.gguf_metadata import read_config
 
     plan = plan_for(header, options)
-    shape = model_shape(read_config(header))
+    shape = shape or model_shape(read_config(header))
     tied = header.tensor("output.weight") is None
     tally = FormatTally()
     for entry in header.tensors:

@@ -147,19 +147,27 @@ void decode_row(int64_t type, const uint8_t* row, int64_t blocks, float* out) {
         }
         break;
       }
-      case Q6_K: {
+      case Q6_K: {  // ggml's reference order: per 128 weights, four runs of 32 from ql's nibbles and qh's bit pairs
         const uint8_t* p = row + 210 * b;
-        const uint8_t* ql = p;
-        const uint8_t* qh = p + 128;
         const int8_t* scales = reinterpret_cast<const int8_t*>(p + 192);
         const float d = half_at(p + 208);
-        float* o = out + 256 * b;
-        for (int t = 0; t < 256; ++t) {
-          const int h = t / 128, r = t % 128;
-          const int low = (ql[h * 64 + r % 64] >> (4 * (r / 64))) & 0x0F;
-          const int high = (qh[h * 32 + r % 32] >> (2 * (r / 32))) & 0x03;
-          const float scale = d * static_cast<float>(scales[t / 16]);
-          o[t] = scale * static_cast<float>((low | (high << 4)) - 32);
+        float scale[16];
+        for (int i = 0; i < 16; ++i) scale[i] = d * static_cast<float>(scales[i]);
+        for (int h = 0; h < 2; ++h) {
+          const uint8_t* ql = p + 64 * h;
+          const uint8_t* qh = p + 128 + 32 * h;
+          float* o = out + 256 * b + 128 * h;
+          const float* s = scale + 8 * h;
+          for (int l = 0; l < 32; ++l) {
+            const int q1 = ((ql[l] & 0x0F) | (((qh[l] >> 0) & 3) << 4)) - 32;
+            const int q2 = ((ql[l + 32] & 0x0F) | (((qh[l] >> 2) & 3) << 4)) - 32;
+            const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+            const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+            o[l] = s[l / 16] * static_cast<float>(q1);
+            o[l + 32] = s[l / 16 + 2] * static_cast<float>(q2);
+            o[l + 64] = s[l / 16 + 4] * static_cast<float>(q3);
+            o[l + 96] = s[l / 16 + 6] * static_cast<float>(q4);
+          }
         }
         break;
       }
@@ -314,7 +322,7 @@ std::tuple<Tensor, Tensor> int4_pack(const Tensor& raw, int64_t type, int64_t bl
   return {packed, sz};
 }
 
-std::string version() { return "gguf_decode 1"; }
+std::string version() { return "gguf_decode 2"; }
 
 }  // namespace
 
