@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import asdict, dataclass, field, fields, replace
 
-from engine.types import FinishReason, RequestStats, SamplingParams, StructuredOutput
+from engine.types import PENALTY_LIMIT, FinishReason, RequestStats, SamplingParams, StructuredOutput
 
 USER = "user"
 ASSISTANT = "assistant"
@@ -147,6 +148,8 @@ class ChatSettings:
     max_tokens: int = 512
     seed: int | None = None
     repetition_penalty: float = 1.1
+    presence_penalty: float = 0.0  # OpenAI's, over the reply's own tokens (-2 to 2)
+    frequency_penalty: float = 0.0
     overflow: str = OVERFLOW_STOP
     output: str = OUTPUT_TEXT
     #: the last valid schema the user typed (kept while the output is something else, so switching back restores it)
@@ -161,6 +164,10 @@ class ChatSettings:
         if not isinstance(self.json_schema, str) or schema_problem(self.json_schema):
             object.__setattr__(self, "json_schema", "")  # a hand-edited file: never send a bad schema
         object.__setattr__(self, "show_tokens", bool(self.show_tokens))
+        for name in ("presence_penalty", "frequency_penalty"):  # a hand-edited file: a number in [-2, 2], or off
+            value = getattr(self, name)
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            object.__setattr__(self, name, min(PENALTY_LIMIT, max(-PENALTY_LIMIT, float(value))) if ok else 0.0)
 
     def structured(self) -> StructuredOutput | None:
         """The constraint replies are written under; a schema output with no valid schema yet writes free text."""
@@ -178,6 +185,8 @@ class ChatSettings:
             top_k=self.top_k,
             seed=self.seed,
             repetition_penalty=self.repetition_penalty,
+            presence_penalty=self.presence_penalty,
+            frequency_penalty=self.frequency_penalty,
             structured=self.structured(),
             logprobs=TOKEN_ALTERNATIVES if self.show_tokens else None,
         )
@@ -204,10 +213,11 @@ class ChatSettings:
 
 
 #: Sampling presets; they leave the system prompt and the token limit alone.
+_NO_PENALTIES = {"presence_penalty": 0.0, "frequency_penalty": 0.0}
 PRESETS: dict[str, dict] = {
-    "precise": {"temperature": 0.0, "top_p": 1.0, "top_k": 0, "repetition_penalty": 1.0},
-    "balanced": {"temperature": 0.7, "top_p": 0.95, "top_k": 40, "repetition_penalty": 1.1},
-    "creative": {"temperature": 1.1, "top_p": 0.98, "top_k": 0, "repetition_penalty": 1.05},
+    "precise": {"temperature": 0.0, "top_p": 1.0, "top_k": 0, "repetition_penalty": 1.0, **_NO_PENALTIES},
+    "balanced": {"temperature": 0.7, "top_p": 0.95, "top_k": 40, "repetition_penalty": 1.1, **_NO_PENALTIES},
+    "creative": {"temperature": 1.1, "top_p": 0.98, "top_k": 0, "repetition_penalty": 1.05, **_NO_PENALTIES},
 }
 
 

@@ -176,3 +176,25 @@ def test_building_messages_opens_no_stray_windows(qtbot) -> None:
     view.set_busy(False)
     qtbot.wait(50)
     assert host.isActiveWindow()
+
+
+def test_presence_and_frequency_penalties_are_chat_settings(qtbot) -> None:
+    panel = SamplingPanel()
+    qtbot.addWidget(panel)
+    changes: list[ChatSettings] = []
+    panel.settings_changed.connect(changes.append)
+    panel.preset.setCurrentText("precise")
+    panel.presence_penalty.setValue(0.6)
+    panel.frequency_penalty.setValue(-0.4)
+    assert panel.preset.currentText() == "custom"  # a preset has no penalties
+    params = changes[-1].to_params()
+    assert (params.presence_penalty, params.frequency_penalty) == (0.6, -0.4)
+    stored = ChatSettings.from_dict(changes[-1].to_dict())
+    assert (stored.presence_penalty, stored.frequency_penalty) == (0.6, -0.4)
+    panel.preset.setCurrentText("balanced")
+    assert (changes[-1].presence_penalty, changes[-1].frequency_penalty) == (0.0, 0.0)
+    assert panel.presence_penalty.value() == 0.0
+    # a hand-edited or older store: out of range is clamped, nonsense is off
+    odd = ChatSettings.from_dict({"presence_penalty": 7, "frequency_penalty": "lots"})
+    assert (odd.presence_penalty, odd.frequency_penalty) == (2.0, 0.0)
+    assert ChatSettings.from_dict({}).to_params().presence_penalty == 0.0
