@@ -64,22 +64,15 @@ class Int8Linear(nn.Module):
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
         """From a float weight [out, in] (quantized here)."""
         super().__init__()
-        q, scale = int8_rows_from_float(weight)
-        self._set(q, scale, bias)
+        _hold_int8(self, *int8_rows_from_float(weight), bias)
 
     @classmethod
     def from_rows(cls, q: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None = None) -> Int8Linear:
         """From already-quantized rows: q int8 [out, in], scale [out] (w = q * scale)."""
         module = cls.__new__(cls)
         nn.Module.__init__(module)
-        module._set(q, scale, bias)
+        _hold_int8(module, q, scale, bias)
         return module
-
-    def _set(self, q: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None) -> None:
-        self.out_features, self.in_features = q.shape
-        self.register_buffer("q", q.contiguous())
-        self.register_buffer("scale", scale.to(SCALE_DTYPE).contiguous())
-        self.register_buffer("bias", _float_bias(bias))
 
     @property
     def format(self) -> str:
@@ -109,7 +102,8 @@ class Int4Linear(nn.Module):
         """From a float weight [out, in] (quantized here, min/max per group)."""
         super().__init__()
         _check_int4_shape(*weight.shape)
-        self._set(*int4_groups_from_float(weight), bias)
+        codes, scale, zero = int4_groups_from_float(weight)
+        _hold_int4(self, *codes.shape, [(codes, scale, zero)], bias)
 
     @classmethod
     def from_groups(
@@ -117,11 +111,7 @@ class Int4Linear(nn.Module):
     ) -> Int4Linear:
         """From already-quantized groups (GGUF Q4_0/Q4_1/Q4_K, no requantizing): codes uint8 [out, in] in 0..15,
         scale and zero [out, in / 32], w = (code - 8) * scale + zero."""
-        _check_int4_shape(*codes.shape)
-        module = cls.__new__(cls)
-        nn.Module.__init__(module)
-        module._set(codes, scale, zero, bias)
-        return module
+        return cls.from_row_chunks(*codes.shape, [(codes, scale, zero)], bias)
 
     @classmethod
     def from_row_chunks(
@@ -136,7 +126,7 @@ class Int4Linear(nn.Module):
         _check_int4_shape(out_features, in_features)
         module = cls.__new__(cls)
         nn.Module.__init__(module)
-        module._set_chunks(out_features, in_features, chunks, bias)
+        _hold_int4(module, out_features, in_features, chunks, bias)
         return module
 
     @classmethod
@@ -165,34 +155,6 @@ class Int4Linear(nn.Module):
         module.register_buffer("scales_and_zeros", scales_and_zeros.to(SCALE_DTYPE))
         module.register_buffer("bias", _float_bias(bias))
         return module
-
-    def _set(self, codes: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, bias: torch.Tensor | None) -> None:
-        self._set_chunks(*codes.shape, [(codes, scale, zero)], bias)
-
-    def _set_chunks(self, n: int, k: int, chunks, bias: torch.Tensor | None) -> None:
-        self.out_features, self.in_features = n, k
-        padded = n + (-n % int4pack.ROW_MULTIPLE)
-        packed = torch.empty(padded, k // 2, dtype=torch.uint8)
-        scales_and_zeros = torch.empty(k // INT4_GROUP, padded, 2, dtype=SCALE_DTYPE)
-        row = 0
-        for codes, scale, zero in chunks:
-            rows = codes.shape[0]
-            if row + rows == n and padded > n:  # code 8 with scale and zero 0: the padding rows are exact zeros
-                codes = torch.cat([codes, torch.full((padded - n, k), 8, dtype=torch.uint8)])
-                scale = torch.cat([scale, scale.new_zeros(padded - n, scale.shape[1])])
-                zero = torch.cat([zero, zero.new_zeros(padded - n, zero.shape[1])])
-            elif rows % CHUNK_ROW_MULTIPLE and row + rows != n:
-                raise ValueError(f"a chunk of {rows} rows is not a multiple of {CHUNK_ROW_MULTIPLE}")
-            end = row + codes.shape[0]
-            packed[row:end] = int4pack.pack(codes.to(torch.uint8))
-            scales_and_zeros[:, row:end, 0] = scale.t()
-            scales_and_zeros[:, row:end, 1] = zero.t()
-            row = end
-        if row != padded:
-            raise ValueError(f"the chunks held {row} rows, not {n}")
-        self.register_buffer("packed", packed)
-        self.register_buffer("scales_and_zeros", scales_and_zeros)
-        self.register_buffer("bias", _float_bias(bias))
 
     @property
     def format(self) -> str:
@@ -230,6 +192,40 @@ class Int4Linear(nn.Module):
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+
+
+def _hold_int8(module: Int8Linear, q: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None) -> None:
+    module.out_features, module.in_features = q.shape
+    module.register_buffer("q", q.contiguous())
+    module.register_buffer("scale", scale.to(SCALE_DTYPE).contiguous())
+    module.register_buffer("bias", _float_bias(bias))
+
+
+def _hold_int4(module: Int4Linear, n: int, k: int, chunks, bias: torch.Tensor | None) -> None:
+    """Pack consecutive chunks of rows' codes (see Int4Linear.from_row_chunks) into the module's buffers."""
+    module.out_features, module.in_features = n, k
+    padded = n + (-n % int4pack.ROW_MULTIPLE)
+    packed = torch.empty(padded, k // 2, dtype=torch.uint8)
+    scales_and_zeros = torch.empty(k // INT4_GROUP, padded, 2, dtype=SCALE_DTYPE)
+    row = 0
+    for codes, scale, zero in chunks:
+        rows = codes.shape[0]
+        if row + rows == n and padded > n:  # code 8 with scale and zero 0: the padding rows are exact zeros
+            codes = torch.cat([codes, torch.full((padded - n, k), 8, dtype=torch.uint8)])
+            scale = torch.cat([scale, scale.new_zeros(padded - n, scale.shape[1])])
+            zero = torch.cat([zero, zero.new_zeros(padded - n, zero.shape[1])])
+        elif rows % CHUNK_ROW_MULTIPLE and row + rows != n:
+            raise ValueError(f"a chunk of {rows} rows is not a multiple of {CHUNK_ROW_MULTIPLE}")
+        end = row + codes.shape[0]
+        packed[row:end] = int4pack.pack(codes.to(torch.uint8))
+        scales_and_zeros[:, row:end, 0] = scale.t()
+        scales_and_zeros[:, row:end, 1] = zero.t()
+        row = end
+    if row != padded:
+        raise ValueError(f"the chunks held {row} rows, not {n}")
+    module.register_buffer("packed", packed)
+    module.register_buffer("scales_and_zeros", scales_and_zeros)
+    module.register_buffer("bias", _float_bias(bias))
 
 
 def _check_int4_shape(n: int, k: int) -> None:
@@ -282,7 +278,7 @@ class QuantizedEmbedding(nn.Module):
     def from_float(cls, weight: torch.Tensor, fmt: str, embed_scale=None) -> QuantizedEmbedding:
         """An embedding of its own (untied), quantized here: fmt int8, int4 or bfloat16."""
         module = cls(make_weight_module(weight, None, fmt), embed_scale)
-        module.owned = module._rows[0]  # registered: it is this module's own storage
+        module.owned = module.rows_module  # registered: it is this module's own storage
         return module
 
     @property
