@@ -290,9 +290,17 @@ def _load_folder(
         context_length=shape.context_length,
         load_seconds=0.0,
         weight_formats=_folder_formats(resolved, load_dtype),
+        notes=_folder_notes(config, resolved),
         load_options=options,
     )
     return LoadedModel(model, tokenizer, info, source, resolved, kv_dtype, resolved.engine_quantized)
+
+
+def _folder_notes(config, resolved: ResolvedOptions) -> list[str]:
+    stored = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
+    if str(stored).removeprefix("torch.") == "float16" and resolved.dtype == torch.bfloat16 and resolved.dtype_auto:
+        return ["float16 weights held in bfloat16: a CPU has no fast float16 kernels"]
+    return []
 
 
 def _folder_formats(resolved: ResolvedOptions, load_dtype: torch.dtype) -> str:

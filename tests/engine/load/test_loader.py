@@ -31,6 +31,22 @@ def test_bfloat16_is_applied(tiny_model_dir: Path) -> None:
     assert loaded.info.dtype == "bfloat16"
 
 
+def test_a_bfloat16_folder_loads_in_bfloat16_under_auto(tmp_path: Path) -> None:
+    """No float32 copy: the folder's own dtype (and its KV cache in it), or int4 linears when asked."""
+    from engine.bench.synthetic import SHAPES, write_folder
+    from engine.model.quantized import Int4Linear
+
+    write_folder(SHAPES["qwen2-tiny"], tmp_path / "bf16")
+    loaded = load_model(str(tmp_path / "bf16"), LoadOptions(device="cpu"))
+    assert {p.dtype for p in loaded.model.parameters()} == {torch.bfloat16}
+    assert loaded.info.dtype == "bfloat16" and loaded.kv_dtype == torch.bfloat16
+    quantized = load_model(str(tmp_path / "bf16"), LoadOptions(quantization="int4", device="cpu"))
+    assert isinstance(quantized.model.model.layers[1].mlp.up_proj, Int4Linear)
+    assert "int4 (quantized per group of 32 inputs from bfloat16 at load" in quantized.info.description
+    estimate = estimate_for_spec(str(tmp_path / "bf16"), LoadOptions(device="cpu"))
+    assert estimate.dtype == "bfloat16" and estimate.weight_bytes == loaded.info.weight_bytes
+
+
 @pytest.mark.parametrize("quant", ["nf4", "fp4"])
 def test_bitsandbytes_quantization_on_cpu(tiny_model_dir: Path, quant: str) -> None:
     """nf4 and fp4 are bitsandbytes' (int8 and int4 on a CPU are the engine's own kernels: test_decode_probe)."""
