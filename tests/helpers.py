@@ -121,3 +121,16 @@ def run_to_completion(engine, max_steps: int = 100_000) -> dict[str, list]:
         for event in engine.step():
             events.setdefault(event.request_id, []).append(event)
     raise AssertionError("engine did not finish")
+
+
+def make_tiny_as_stored(folder: Path, fmt: str = "int4"):
+    """The tiny Llama as the loader holds a quantized file: float32 norms, every decoder linear and the LM head an
+    engine weight module in `fmt` (int8, int4, bfloat16), the embedding a QuantizedEmbedding. For tests of code that
+    runs such models before a GGUF file is involved."""
+    from transformers import AutoModelForCausalLM
+
+    from engine.load.quantize_model import quantize_model
+
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    quantize_model(model, fmt)
+    return model.eval()

@@ -91,7 +91,8 @@ class StudioSettings:
     # ---- models -----------------------------------------------------------------------------
     @property
     def kv_memory_mib(self) -> int:
-        return max(16, self._get("engine/kv_memory_mib", DEFAULT_KV_MIB, int))
+        value = self._get("engine/kv_memory_mib", DEFAULT_KV_MIB, int)
+        return 0 if value <= 0 else max(16, value)  # 0: automatic
 
     @kv_memory_mib.setter
     def kv_memory_mib(self, value: int) -> None:

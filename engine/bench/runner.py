@@ -88,7 +88,7 @@ def _server_options(config: EngineConfig) -> list[str]:
     options = ["--page-size", str(config.page_size), "--max-running", str(config.max_running)]
     if config.kv_pages is not None:
         options += ["--kv-pages", str(config.kv_pages)]
-    else:
+    elif config.kv_memory_bytes is not None:  # else the server works out its automatic budget, as the engine does
         options += ["--kv-memory", str(config.kv_memory_bytes / 1024**2)]
     if config.max_step_tokens is not None:
         options += ["--max-step-tokens", str(config.max_step_tokens)]

@@ -27,6 +27,12 @@ class ForwardResult:
     grammar_applied: bool = False  # the logits carry the grammars' masks and min_tokens' bans (the LM head's)
 
 
+def output_size(model: torch.nn.Module) -> int:
+    """The LM head's rows (the vocabulary it scores): an nn.Linear or an engine weight module (no .weight)."""
+    head = model.get_output_embeddings()
+    return head.out_features if hasattr(head, "out_features") else head.weight.shape[0]
+
+
 def prepare_model(model: torch.nn.Module) -> None:
     """Switch the model's attention to the paged implementation, or say why this model can't use it."""
     name = type(model).__name__
@@ -61,7 +67,7 @@ class ModelRunner:
         prepare_model(model)
         self.model = model
         self.cache = cache
-        self.vocab_size = model.get_output_embeddings().weight.shape[0]
+        self.vocab_size = output_size(model)
         #: tokens that end a reply (the engine's EOS ids): banned before the LM head's leaders while min_tokens is due
         self.end_token_ids: set[int] = set()
         self.fast = fast_forward.build(model, formats=formats, compiled=compiled) if optimize else None
