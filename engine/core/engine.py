@@ -23,7 +23,7 @@ from engine.core.scheduler import Scheduler, SchedulerOutput
 from engine.core.step_cost import StepCostModel
 from engine.errors import InvalidRequestError, PromptTooLongError, UnsupportedOptionError
 from engine.load.loader import LoadedModel
-from engine.model import formats
+from engine.model import formats, weights
 from engine.model.attention import PagedKVCache
 from engine.model.geometry import attention_geometry
 from engine.model.runner import ModelRunner
@@ -71,7 +71,10 @@ def weight_formats(loaded: LoadedModel) -> tuple[str, ...]:
 
 
 class Engine:
-    def __init__(self, loaded: LoadedModel, config: EngineConfig | None = None) -> None:
+    def __init__(
+        self, loaded: LoadedModel, config: EngineConfig | None = None, progress: Callable[[str], None] | None = None
+    ) -> None:
+        """progress: told what is measured and checked while the engine is built (the window's status bar)."""
         config = config or EngineConfig()
         if config.max_step_tokens is None:
             config = replace(config, max_step_tokens=step_tokens_for(str(loaded.options.device)))
@@ -90,13 +93,15 @@ class Engine:
             geometry.num_layers, geometry.num_kv_heads, geometry.head_dim, num_pages, ps, kv_dtype,
             loaded.options.device,
         )  # fmt: skip
-        self.runner = ModelRunner(self.model, self.cache, config.optimize, weight_formats(loaded), config.compiled_step)
+        self.runner = ModelRunner(
+            self.model, self.cache, config.optimize, weight_formats(loaded), config.compiled_step, progress
+        )
         self.kernels = self.runner.kernels
         self.step_cost = StepCostModel(
             config.prefill_budget_s or 0.0, config.prefill_stall_ratio, min_tokens=ps, max_tokens=config.max_step_tokens
         )
         self.metrics = MetricsRecorder(config.metrics_capacity)
-        self.vocab_size = self.model.get_output_embeddings().weight.shape[0]
+        self.vocab_size = weights.out_features(self.model.get_output_embeddings())
         text_config = self.model.config.get_text_config()
         self.context_length = getattr(text_config, "max_position_embeddings", None) or num_pages * ps
         eos_ids = eos_token_ids(self.tokenizer, self.model)

@@ -155,6 +155,8 @@ def _decode_attention(
     kv_heads = ctx.cache.num_kv_heads
     group = heads // kv_heads
     keys, values = ctx.decode_gather(storage)
+    if keys.dtype != query.dtype:  # a 16-bit cache under float32 activations: attend in float32
+        keys, values = keys.to(query.dtype), values.to(query.dtype)
     # heads are grouped by kv head (head h uses kv head h // group), as in repeat_kv
     q = query[:d].reshape(d, kv_heads, group, head_dim).transpose(0, 1).reshape(kv_heads * d, group, head_dim)
     scores = torch.baddbmm(ctx.decode_mask(sliding_window, q.dtype), q, keys.transpose(1, 2), alpha=scale)
@@ -180,9 +182,13 @@ def _prefill_attention(
     if chunk.page_index is None:
         k = key[rows].transpose(0, 1).unsqueeze(0)
         v = value[rows].transpose(0, 1).unsqueeze(0)
+        if k_pages.dtype != k.dtype:  # attend over what the cache holds, as later steps and the compiled step do
+            k, v = k.to(k_pages.dtype), v.to(k_pages.dtype)
     else:
         k = k_pages.index_select(1, chunk.page_index).view(1, kv_heads, -1, head_dim)[:, :, : chunk.context_len]
         v = v_pages.index_select(1, chunk.page_index).view(1, kv_heads, -1, head_dim)[:, :, : chunk.context_len]
+    if k.dtype != query.dtype:  # a 16-bit cache under float32 activations: attend in float32
+        k, v = k.to(query.dtype), v.to(query.dtype)
     mask = None
     offset = chunk.context_len - chunk.q_len
     if offset or sliding_window:

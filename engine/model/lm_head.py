@@ -19,12 +19,16 @@ class LMHead:
     off by bfloat16's rounding): argmax over them is float32's argmax. Without a faster bfloat16 head here, both are
     the float32 head."""
 
-    def __init__(self, exact: nn.Module, weight: torch.Tensor, bias: torch.Tensor | None, try_fast: bool) -> None:
+    def __init__(
+        self, exact: nn.Module, weight: torch.Tensor | None, bias: torch.Tensor | None, try_fast: bool
+    ) -> None:
+        """exact: the head as the model stores it (float32 logits out); weight: its float32 weight [vocab, hidden],
+        rows read back for the candidates, or None for a quantized or 16-bit head (no faster twin: exact is it)."""
         self.exact = exact
-        self.weight = weight  # float32 [vocab, hidden], rows read back for the candidates
+        self.weight = weight
         self.bias = bias
         self.fast: nn.Module | None = None
-        if try_fast:
+        if try_fast and weight is not None:
             fast = formats.make_linear(weight, bias, formats.BFLOAT16)
             x = torch.randn(1, weight.shape[1])
             passes = {formats.FLOAT32: lambda _rows: exact(x), formats.BFLOAT16: lambda _rows: fast(x)}

@@ -54,7 +54,10 @@ class Int4Linear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features).to(torch.bfloat16)
-        out = torch._weight_int4pack_mm_for_cpu(rows, self.packed, INT4_GROUP, self.scales_and_zeros).float()
+        # the kernel reads its scales as contiguous whatever their strides (the lean forward's fused modules leave
+        # the model's own modules strided views of theirs)
+        scales = self.scales_and_zeros.contiguous()
+        out = torch._weight_int4pack_mm_for_cpu(rows, self.packed, INT4_GROUP, scales).float()
         if self.bias is not None:
             out += self.bias
         return out.view(*x.shape[:-1], self.out_features)

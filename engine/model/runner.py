@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 
 from engine.core.scheduler import ScheduledChunk
 from engine.errors import UnsupportedOptionError
-from engine.model import attention, fast_forward, patches
+from engine.model import attention, fast_forward, patches, weights
 from engine.model.attention import PagedKVCache
 from engine.model.batch import grammar_masks, pack
 
@@ -53,16 +53,22 @@ class ModelRunner:
         optimize: bool = True,
         formats: Sequence[str] = (),
         compiled: bool = True,
+        progress: Callable[[str], None] | None = None,
     ) -> None:
         """optimize: the lean forward where the architecture allows, else the transformers modules with fused,
         reversible kernels; off: the transformers forward as it is (with paged attention). formats: weight formats
         the lean forward may use besides the model's own, the fastest per batch size (model/formats.py). compiled:
-        every layer of the lean forward's steps in one C++ call where it builds (model/compiled_step.py)."""
+        every layer of the lean forward's steps in one C++ call where it builds (model/compiled_step.py). progress: told
+        what the lean forward measures and checks while it is built (the window's status bar)."""
         prepare_model(model)
         self.model = model
         self.cache = cache
-        self.vocab_size = model.get_output_embeddings().weight.shape[0]
-        self.fast = fast_forward.build(model, formats=formats, compiled=compiled) if optimize else None
+        self.vocab_size = weights.out_features(model.get_output_embeddings())
+        self.fast = None
+        if optimize:
+            self.fast = fast_forward.build(
+                model, formats=formats, compiled=compiled, kv_dtype=cache.storage.dtype, progress=progress
+            )
         if self.fast is not None:
             self.kernels = list(self.fast.kinds)
             patches.restore(model)  # an earlier engine on this model may have patched its modules

@@ -117,6 +117,52 @@ def test_same_logits_and_cache_as_the_python_layers(models, name: str, fmt: str,
     assert float((caches[0] - caches[1]).abs().max()) < tolerance * float(caches[0].abs().max())
 
 
+# formats per tensor as loaders hold files: one format throughout, llama.cpp's Q4_K_M mix (int8 for attn_v and
+# ffn_down in every other layer), and three formats within one projection
+STORED_PLANS = {
+    "int4": "int4",
+    "int8": "int8",
+    "bfloat16": "bfloat16",
+    "Q4_K_M-like mix": lambda layer, name: "int8" if name in ("v_proj", "down_proj") and layer % 2 == 0 else "int4",
+    "mixed in one projection": lambda layer, name: {"k_proj": "int8", "v_proj": "bfloat16"}.get(name, "int4"),
+}
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory) -> dict[str, Path]:
+    from tests.helpers import make_tiny_llama
+
+    root = tmp_path_factory.mktemp("stored")
+    config_class, model_class, extra = architectures()["qwen2"]
+    return {
+        "llama": make_tiny_llama(root / "llama"),
+        "qwen2": save_tiny(root / "qwen2", config_class, model_class, **extra),
+    }
+
+
+@needs_library
+@pytest.mark.parametrize("kv", [torch.float32, torch.bfloat16], ids=["float32 KV", "bfloat16 KV"])
+@pytest.mark.parametrize("plan", list(STORED_PLANS))
+@pytest.mark.parametrize("name", ["llama", "qwen2"])
+def test_models_held_as_stored_give_the_python_layers_logits_and_cache(folders, name, plan, kv) -> None:
+    """Weights as a loader holds them (int4, int8, bfloat16, mixed per tensor; an int8 embedding and LM head):
+    the compiled step computes what the Python layers do, into a float32 or bfloat16 KV cache."""
+    from tests.helpers import hold_as_stored
+
+    model = hold_as_stored(_model(folders[name]), STORED_PLANS[plan], embed="int8", head="int8")
+    fast = fast_forward.FastForward(model)
+    assert fast.stored_format in fast.compiled, fast.compiled_note
+    results, caches = [], []
+    for compiled in (False, True):
+        cache = _cache(fast, kv)
+        results.append(_run(fast, cache, _requests(model.config.vocab_size), compiled))
+        caches.append(cache.storage.float())
+    for python, ours in zip(*results, strict=True):
+        assert float((python - ours).abs().max() / python.abs().max()) < 2e-2
+        assert torch.equal(python.argmax(-1), ours.argmax(-1))
+    assert float((caches[0] - caches[1]).abs().max()) < 2e-2 * float(caches[0].abs().max())
+
+
 @needs_library
 def test_the_engine_uses_it_and_says_so(make_engine, tiny_loaded) -> None:
     from tests.helpers import reference_greedy
@@ -282,8 +328,8 @@ def test_a_linear_of_the_wrong_shape_is_refused_when_building(models) -> None:
         compiled_step.CompiledStep(fast, narrow).forward(*_step_inputs(fast).values())
 
 
-def _cache(fast) -> PagedKVCache:
-    return PagedKVCache(len(fast.layers), fast.kv_heads, fast.head_dim, PAGES, PAGE, torch.float32, "cpu")
+def _cache(fast, dtype: torch.dtype = torch.float32) -> PagedKVCache:
+    return PagedKVCache(len(fast.layers), fast.kv_heads, fast.head_dim, PAGES, PAGE, dtype, "cpu")
 
 
 def _in_a_fresh_process(code: str, env: dict[str, str], tmp_path: Path) -> str:

@@ -1,0 +1,145 @@
+"""The lean forward's projections over weights as stored: neighbours of one format fused into one linear (float weights
+concatenated, int8 and int4 packings concatenated, the model's own modules re-pointed at slices so nothing is held
+twice), side-by-side parts where a file stores them in different formats, and float weights of another dtype than the
+activations computed in their own dtype with float32 out."""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from engine.model import kernels, weights
+from engine.model.quantized import Int4Linear, Int8Linear
+
+log = logging.getLogger(__name__)
+
+
+class DenseLinear(nn.Module):
+    """A float weight in its own dtype (bfloat16, float16) under float32 activations: inputs cast to it, the output
+    back to float32, the bias added in float32. Holds the model's own weight (no copy)."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+        super().__init__()
+        self.weight = weight.detach()
+        self.in_features, self.out_features = self.weight.shape[1], self.weight.shape[0]
+        self.bias = None if bias is None else bias.detach().float()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = F.linear(x.to(self.weight.dtype), self.weight).float()
+        if self.bias is not None:
+            out += self.bias
+        return out
+
+
+class SplitLinear(nn.Module):
+    """Several linears of one input side by side (each in its own format): their outputs concatenated."""
+
+    def __init__(self, parts: list[nn.Module]) -> None:
+        super().__init__()
+        self.parts = nn.ModuleList(parts)
+        self.in_features = parts[0].in_features
+        self.out_features = sum(p.out_features for p in parts)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([part(x) for part in self.parts], dim=-1)
+
+
+def projection(modules: list[nn.Module], activations: torch.dtype, pack: bool) -> nn.Module:
+    """One module computing `modules` (same input) side by side: runs of one format fused, where they fuse exactly."""
+    groups: list[list[nn.Module]] = []
+    for module in modules:
+        if groups and _fusable(groups[-1][-1], module):
+            groups[-1].append(module)
+        else:
+            groups.append([module])
+    parts: list[nn.Module] = []
+    for group in groups:
+        fused = _fuse(group, activations, pack)
+        if fused is None:  # a packing that does not concatenate here: each on its own
+            parts.extend(_fuse([module], activations, pack) for module in group)
+        else:
+            parts.append(fused)
+    return parts[0] if len(parts) == 1 else SplitLinear(parts)
+
+
+def _fusable(a: nn.Module, b: nn.Module) -> bool:
+    return (
+        weights.linear_format(a) == weights.linear_format(b)
+        and a.in_features == b.in_features
+        and (a.bias is None) == (b.bias is None)
+    )
+
+
+def _fuse(group: list[nn.Module], activations: torch.dtype, pack: bool) -> nn.Module | None:
+    first = group[0]
+    if isinstance(first, Int8Linear):
+        return first if len(group) == 1 else _fuse_int8(group)
+    if isinstance(first, Int4Linear):
+        return first if len(group) == 1 else _fuse_int4(group)
+    dtype = first.weight.dtype
+    if dtype == activations:
+        if len(group) == 1:
+            return kernels.PackedLinear(first.weight, first.bias) if pack else first
+        return kernels.fuse_linears(group, pack)
+    fused = first if len(group) == 1 else kernels.fuse_linears(group, pack=False)
+    return DenseLinear(fused.weight, fused.bias)
+
+
+def _bias(group: list[nn.Module]) -> torch.Tensor | None:
+    return None if group[0].bias is None else torch.cat([m.bias.detach().float() for m in group])
+
+
+def _fuse_int8(group: list[Int8Linear]) -> Int8Linear:
+    """Rows concatenated, scales too (per row); the originals re-pointed at their rows of the fused tensors."""
+    fused = _bare(Int8Linear, group[0].in_features, sum(m.out_features for m in group), _bias(group))
+    fused.q = torch.cat([m.q for m in group])
+    fused.scale = torch.cat([m.scale for m in group])
+    start = 0
+    for module in group:
+        rows = slice(start, start + module.out_features)
+        module.q, module.scale = fused.q[rows], fused.scale[rows]
+        start += module.out_features
+    return fused
+
+
+def _fuse_int4(group: list[Int4Linear]) -> Int4Linear | None:
+    """torch's CPU packing is by blocks of rows, so packings concatenate where every part fills whole blocks: checked
+    on a probe (the fused output must equal the parts' exactly), else None. The originals' packed rows are re-pointed
+    at the fused tensors, so nothing is held twice (their scales become strided views: Int4Linear makes them
+    contiguous per call, which only the transformers forward pays)."""
+    fused = _bare(Int4Linear, group[0].in_features, sum(m.out_features for m in group), _bias(group))
+    fused.packed = torch.cat([m.packed for m in group])
+    fused.scales_and_zeros = torch.cat([m.scales_and_zeros for m in group], dim=1)
+    probe = torch.randn(3, fused.in_features, generator=torch.Generator().manual_seed(0))
+    with torch.inference_mode():
+        together = fused(probe)
+        apart = torch.cat([m(probe) for m in group], dim=-1)
+    if not torch.equal(together, apart):
+        log.debug("int4 packings of %s rows do not concatenate here", [m.out_features for m in group])
+        return None
+    start = 0
+    for module in group:
+        module.packed = fused.packed[start : start + module.out_features]
+        module.scales_and_zeros = fused.scales_and_zeros[:, start : start + module.out_features]
+        start += module.out_features
+    return fused
+
+
+def _bare(cls: type, in_features: int, out_features: int, bias: torch.Tensor | None):
+    """An engine weight module whose tensors the caller sets (no float weight to quantize from)."""
+    module = cls.__new__(cls)
+    nn.Module.__init__(module)
+    module.in_features, module.out_features, module.bias = in_features, out_features, bias
+    return module
+
+
+def head(module: nn.Module, activations: torch.dtype, pack: bool) -> nn.Module:
+    """The LM head as it is stored, computing float32 logits from `activations` rows."""
+    if weights.quantized(module):
+        return module
+    if module.weight.dtype == activations:
+        return kernels.PackedLinear(module.weight, module.bias) if pack else module
+    return DenseLinear(module.weight, module.bias)
