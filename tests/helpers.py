@@ -123,52 +123,39 @@ def run_to_completion(engine, max_steps: int = 100_000) -> dict[str, list]:
     raise AssertionError("engine did not finish")
 
 
-class Int8Embedding(torch.nn.Module):
-    """A token embedding held as int8 rows with a scale each (what a loader makes of a Q8_0 table): ids -> float32."""
-
-    def __init__(self, weight: torch.Tensor) -> None:
-        super().__init__()
-        from engine.model.quantized import Int8Linear
-
-        table = Int8Linear(weight, None)
-        self.q, self.scale = table.q, table.scale.float()
-        self.num_embeddings, self.embedding_dim = weight.shape
-
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.q[ids].float() * self.scale[ids].unsqueeze(-1)
-
-
 def hold_as_stored(model, plan, embed: str | None = None, head: str | None = None):
-    """The model with its decoder linears swapped for the engine's as-stored weight modules, as a loader builds them
-    from a GGUF or 16-bit file: plan(layer, name) -> "float32" | "bfloat16" | "int8" | "int4" (name: q_proj ...
-    down_proj), or one format for all. embed "int8": an Int8Embedding; head: the LM head's format. Norms stay float32.
-    Returns the model (changed in place)."""
-    from torch import nn
+    """The model with its decoder linears swapped for the engine's weight modules per tensor, as the loader holds a
+    file that stores tensors in different formats (llama.cpp's Q4_K_M mix): plan(layer, name) -> "float32" |
+    "bfloat16" | "int8" | "int4" (name: q_proj ... down_proj), or one format for all. embed: a QuantizedEmbedding of
+    its own in that format; head: the LM head's format. Norms stay float32. Returns the model (changed in place)."""
+    from engine.model.quantized import QuantizedEmbedding, make_weight_module
 
-    from engine.model.formats import make_linear
-
-    def swap(module: nn.Linear, fmt: str) -> nn.Module:
-        weight, bias = module.weight.detach().float(), None if module.bias is None else module.bias.detach().float()
-        if fmt == "float32":
-            return module
-        if fmt == "bfloat16":
-            linear = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None, dtype=torch.bfloat16)
-            with torch.no_grad():
-                linear.weight.copy_(weight)
-                if bias is not None:
-                    linear.bias = nn.Parameter(bias, requires_grad=False)  # biases stay float32
-            return linear.requires_grad_(False)
-        return make_linear(weight, bias, fmt)
+    def swap(module, fmt: str):
+        return module if fmt == "float32" else make_weight_module(module.weight.detach().float(), module.bias, fmt)
 
     choose = plan if callable(plan) else (lambda _layer, _name: plan)
-    for index, layer in enumerate(model.model.layers):
-        for parent, names in ((layer.self_attn, ("q_proj", "k_proj", "v_proj", "o_proj")),
-                              (layer.mlp, ("gate_proj", "up_proj", "down_proj"))):  # fmt: skip
-            for name in names:
-                setattr(parent, name, swap(getattr(parent, name), choose(index, name)))
-    if embed == "int8":
-        model.model.embed_tokens = Int8Embedding(model.model.embed_tokens.weight.detach().float())
-    if head is not None:
-        model.config.tie_word_embeddings = False
-        model.lm_head = swap(model.lm_head, head)
-    return model
+    with torch.no_grad():
+        for index, layer in enumerate(model.model.layers):
+            for parent, names in ((layer.self_attn, ("q_proj", "k_proj", "v_proj", "o_proj")),
+                                  (layer.mlp, ("gate_proj", "up_proj", "down_proj"))):  # fmt: skip
+                for name in names:
+                    setattr(parent, name, swap(getattr(parent, name), choose(index, name)))
+        if embed is not None:
+            model.model.embed_tokens = QuantizedEmbedding.from_float(model.model.embed_tokens.weight.float(), embed)
+        if head is not None:
+            model.config.tie_word_embeddings = False
+            model.lm_head = swap(model.lm_head, head)
+    return model.requires_grad_(False)
+
+
+def make_tiny_as_stored(folder: Path, fmt: str = "int4"):
+    """The tiny Llama as the loader holds a quantized file: float32 norms, every decoder linear and the LM head an
+    engine weight module in `fmt` (int8, int4, bfloat16), the embedding a QuantizedEmbedding. For tests of code that
+    runs such models before a GGUF file is involved."""
+    from transformers import AutoModelForCausalLM
+
+    from engine.load.quantize_model import quantize_model
+
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    quantize_model(model, fmt)
+    return model.eval()

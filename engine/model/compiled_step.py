@@ -31,7 +31,7 @@ from torch import nn
 from engine.model import formats as formats_
 from engine.model import kernels, stored
 from engine.model.batch import CHUNK_COLUMNS
-from engine.model.quantized import INT4_GROUP, Int4Linear, Int8Linear
+from engine.model.quantized import INT4_GROUP, HalfLinear, Int4Linear, Int8Linear
 from engine.paths import cache_dir
 
 log = logging.getLogger(__name__)
@@ -239,23 +239,24 @@ def failure_expected() -> bool:
 
 
 def _linear_specs(module: nn.Module) -> list[tuple]:
-    """(kind, a, b, bias, group, bfloat16 input) of each linear the module computes side by side, for the kernels
-    the C++ step calls; CompileUnavailable for modules it has none for."""
+    """(kind, a, b, bias, group, bfloat16 input, out features) of each linear the module computes side by side, for
+    the kernels the C++ step calls; CompileUnavailable for modules it has none for."""
     if isinstance(module, stored.SplitLinear):
         return [spec for part in module.parts for spec in _linear_specs(part)]
+    rows = module.out_features
     if isinstance(module, Int8Linear):
-        return [(INT8, module.q, module.scale, module.bias, 0, True)]
+        return [(INT8, module.q, module.scale, module.bias, 0, True, rows)]
     if isinstance(module, Int4Linear):
-        return [(INT4, module.packed, module.scales_and_zeros, module.bias, INT4_GROUP, True)]
+        return [(INT4, module.packed, module.scales_and_zeros, module.bias, INT4_GROUP, True, rows)]
     if isinstance(module, formats_.FormattedLinear):
-        return [(PACKED, module.packed, None, module.bias, 0, module.dtype == torch.bfloat16)]
+        return [(PACKED, module.packed, None, module.bias, 0, module.dtype == torch.bfloat16, rows)]
     if isinstance(module, kernels.PackedLinear):
-        return [(PACKED, module.packed, None, module.bias, 0, False)]
-    if isinstance(module, stored.DenseLinear) or type(module) is nn.Linear:
+        return [(PACKED, module.packed, None, module.bias, 0, False, rows)]
+    if isinstance(module, HalfLinear) or type(module) is nn.Linear:
         weight = module.weight.detach()
         if weight.dtype not in (torch.float32, torch.bfloat16):
             raise CompileUnavailable(f"{weight.dtype} weights have no compiled kernel")
-        return [(DENSE, weight, None, module.bias, 0, weight.dtype == torch.bfloat16)]
+        return [(DENSE, weight, None, module.bias, 0, weight.dtype == torch.bfloat16, rows)]
     raise CompileUnavailable(f"{type(module).__name__} linears have no compiled kernel")
 
 
@@ -269,8 +270,8 @@ class CompiledStep:
         for layer, modules in zip(fast.layers, linears.layers, strict=True):
             self.model.add_layer(layer.input_norm.float(), layer.post_norm.float(), layer.sliding_window or 0)
             for slot, module in enumerate(modules):
-                for kind, a, b, bias, group, bf16 in _linear_specs(module):
-                    self.model.add_linear(slot, kind, a, b, None if bias is None else bias.float(), group, bf16)
+                for kind, a, b, bias, group, bf16, rows in _linear_specs(module):
+                    self.model.add_linear(slot, kind, a, b, None if bias is None else bias.float(), group, bf16, rows)
 
     def forward(self, hidden, cos, sin, storage, chunks, pages) -> torch.Tensor:
         return self.model.forward(hidden, cos, sin, storage, chunks, pages)

@@ -1,37 +1,19 @@
-"""The lean forward's projections over weights as stored: neighbours of one format fused into one linear (float weights
-concatenated, int8 and int4 packings concatenated, the model's own modules re-pointed at slices so nothing is held
-twice), side-by-side parts where a file stores them in different formats, and float weights of another dtype than the
-activations computed in their own dtype with float32 out."""
+"""The lean forward's projections over weights as stored: neighbours of one format fused into one linear (float and
+16-bit weights concatenated, int8 rows and int4 packings concatenated, the model's own modules re-pointed at slices
+so nothing is held twice), side-by-side parts where a file stores them in different formats, and float weights of
+another dtype than the activations computed in their own dtype with float32 out (HalfLinear)."""
 
 from __future__ import annotations
 
 import logging
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from engine.model import kernels, weights
-from engine.model.quantized import Int4Linear, Int8Linear
+from engine.model.quantized import HalfLinear, Int4Linear, Int8Linear
 
 log = logging.getLogger(__name__)
-
-
-class DenseLinear(nn.Module):
-    """A float weight in its own dtype (bfloat16, float16) under float32 activations: inputs cast to it, the output
-    back to float32, the bias added in float32. Holds the model's own weight (no copy)."""
-
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
-        super().__init__()
-        self.weight = weight.detach()
-        self.in_features, self.out_features = self.weight.shape[1], self.weight.shape[0]
-        self.bias = None if bias is None else bias.detach().float()
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = F.linear(x.to(self.weight.dtype), self.weight).float()
-        if self.bias is not None:
-            out += self.bias
-        return out
 
 
 class SplitLinear(nn.Module):
@@ -67,7 +49,8 @@ def projection(modules: list[nn.Module], activations: torch.dtype, pack: bool) -
 
 def _fusable(a: nn.Module, b: nn.Module) -> bool:
     return (
-        weights.linear_format(a) == weights.linear_format(b)
+        type(a) is type(b)
+        and weights.linear_format(a) == weights.linear_format(b)
         and a.in_features == b.in_features
         and (a.bias is None) == (b.bias is None)
     )
@@ -75,17 +58,21 @@ def _fusable(a: nn.Module, b: nn.Module) -> bool:
 
 def _fuse(group: list[nn.Module], activations: torch.dtype, pack: bool) -> nn.Module | None:
     first = group[0]
-    if isinstance(first, Int8Linear):
-        return first if len(group) == 1 else _fuse_int8(group)
-    if isinstance(first, Int4Linear):
-        return first if len(group) == 1 else _fuse_int4(group)
-    dtype = first.weight.dtype
-    if dtype == activations:
+    if len(group) > 1 and isinstance(first, Int8Linear):
+        return _fuse_int8(group)
+    if len(group) > 1 and isinstance(first, Int4Linear):
+        return _fuse_int4(group)
+    if len(group) > 1 and isinstance(first, HalfLinear):
+        return _fuse_half(group)
+    if weights.weight_module(first):
+        return first
+    if first.weight.dtype == activations:
         if len(group) == 1:
             return kernels.PackedLinear(first.weight, first.bias) if pack else first
         return kernels.fuse_linears(group, pack)
+    # a float weight of another dtype than the activations (a model cast whole to 16 bits): computed in its dtype
     fused = first if len(group) == 1 else kernels.fuse_linears(group, pack=False)
-    return DenseLinear(fused.weight, fused.bias)
+    return HalfLinear(fused.weight, fused.bias, fused.weight.dtype)  # holds the same tensor: no copy
 
 
 def _bias(group: list[nn.Module]) -> torch.Tensor | None:
@@ -94,9 +81,7 @@ def _bias(group: list[nn.Module]) -> torch.Tensor | None:
 
 def _fuse_int8(group: list[Int8Linear]) -> Int8Linear:
     """Rows concatenated, scales too (per row); the originals re-pointed at their rows of the fused tensors."""
-    fused = _bare(Int8Linear, group[0].in_features, sum(m.out_features for m in group), _bias(group))
-    fused.q = torch.cat([m.q for m in group])
-    fused.scale = torch.cat([m.scale for m in group])
+    fused = Int8Linear.from_rows(torch.cat([m.q for m in group]), torch.cat([m.scale for m in group]), _bias(group))
     start = 0
     for module in group:
         rows = slice(start, start + module.out_features)
@@ -105,14 +90,29 @@ def _fuse_int8(group: list[Int8Linear]) -> Int8Linear:
     return fused
 
 
+def _fuse_half(group: list[HalfLinear]) -> HalfLinear:
+    weight = torch.cat([m.weight for m in group])
+    fused = HalfLinear(weight, _bias(group), weight.dtype)
+    start = 0
+    for module in group:
+        module.weight = fused.weight[start : start + module.out_features]
+        start += module.out_features
+    return fused
+
+
 def _fuse_int4(group: list[Int4Linear]) -> Int4Linear | None:
-    """torch's CPU packing is by blocks of rows, so packings concatenate where every part fills whole blocks: checked
-    on a probe (the fused output must equal the parts' exactly), else None. The originals' packed rows are re-pointed
-    at the fused tensors, so nothing is held twice (their scales become strided views: Int4Linear makes them
-    contiguous per call, which only the transformers forward pays)."""
-    fused = _bare(Int4Linear, group[0].in_features, sum(m.out_features for m in group), _bias(group))
-    fused.packed = torch.cat([m.packed for m in group])
-    fused.scales_and_zeros = torch.cat([m.scales_and_zeros for m in group], dim=1)
+    """torch's CPU packing is by blocks of rows, so packings concatenate where every part fills whole blocks and has
+    no padding rows: checked on a probe (the fused output must equal the parts' exactly), else None. The originals are
+    re-pointed at the fused tensors, so nothing is held twice (their scales become strided views: Int4Linear makes
+    them contiguous per call, which only the transformers forward pays)."""
+    if any(m.packed.shape[0] != m.out_features for m in group):
+        return None
+    fused = Int4Linear.__new__(Int4Linear)
+    nn.Module.__init__(fused)
+    fused.in_features, fused.out_features = group[0].in_features, sum(m.out_features for m in group)
+    fused.register_buffer("packed", torch.cat([m.packed for m in group]))
+    fused.register_buffer("scales_and_zeros", torch.cat([m.scales_and_zeros.contiguous() for m in group], dim=1))
+    fused.register_buffer("bias", _bias(group))
     probe = torch.randn(3, fused.in_features, generator=torch.Generator().manual_seed(0))
     with torch.inference_mode():
         together = fused(probe)
@@ -128,18 +128,10 @@ def _fuse_int4(group: list[Int4Linear]) -> Int4Linear | None:
     return fused
 
 
-def _bare(cls: type, in_features: int, out_features: int, bias: torch.Tensor | None):
-    """An engine weight module whose tensors the caller sets (no float weight to quantize from)."""
-    module = cls.__new__(cls)
-    nn.Module.__init__(module)
-    module.in_features, module.out_features, module.bias = in_features, out_features, bias
-    return module
-
-
 def head(module: nn.Module, activations: torch.dtype, pack: bool) -> nn.Module:
     """The LM head as it is stored, computing float32 logits from `activations` rows."""
-    if weights.quantized(module):
+    if weights.weight_module(module):
         return module
     if module.weight.dtype == activations:
         return kernels.PackedLinear(module.weight, module.bias) if pack else module
-    return DenseLinear(module.weight, module.bias)
+    return HalfLinear(module.weight, module.bias, module.weight.dtype)

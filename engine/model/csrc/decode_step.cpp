@@ -66,6 +66,7 @@ struct Linear {
   Tensor bias;   // float32, or undefined
   int64_t group = 0;
   int64_t in_features = 0, out_features = 0;
+  int64_t kernel_rows = 0;  // rows the kernel computes: out_features, or more (int4 pads rows to torch's multiple)
   at::ScalarType input = at::kFloat;  // what the kernel multiplies: float32 or bfloat16 rows
 };
 
@@ -90,8 +91,9 @@ Tensor run_linear(const Linear& lin, const Tensor& x) {
   } else {
     out = at::_weight_int4pack_mm_for_cpu(rows, lin.a, lin.group, lin.b);
   }
-  TORCH_CHECK(out.dim() == 2 && out.size(0) == x.size(0) && out.size(1) == lin.out_features,
-              "a linear kernel returned ", out.sizes(), " for ", x.size(0), " rows of ", lin.out_features);
+  TORCH_CHECK(out.dim() == 2 && out.size(0) == x.size(0) && out.size(1) == lin.kernel_rows,
+              "a linear kernel returned ", out.sizes(), " for ", x.size(0), " rows of ", lin.kernel_rows);
+  if (lin.kernel_rows != lin.out_features) out = out.narrow(1, 0, lin.out_features);
   if (out.scalar_type() != at::kFloat) out = out.to(at::kFloat);
   if (lin.bias.defined()) out.add_(lin.bias);
   return out.is_contiguous() ? out : out.contiguous();
@@ -233,16 +235,20 @@ struct DecodeModel : torch::CustomClassHolder {
   }
 
   // Appends a linear to a projection of the last added layer (slot 0 qkv, 1 o_proj, 2 gate_up, 3 down): the slot's
-  // linears compute its output side by side, in the order added. kind: a name of KINDS.
+  // linears compute its output side by side, in the order added. kind: a name of KINDS; out_features: the rows it
+  // contributes (the first of what its kernel computes; int4 weights carry padding rows).
   void add_linear(int64_t slot, std::string kind, Tensor a, std::optional<Tensor> b, std::optional<Tensor> bias,
-                  int64_t group, bool bfloat16_input) {
+                  int64_t group, bool bfloat16_input, int64_t out_features) {
     TORCH_CHECK_VALUE(!linears.empty() && slot >= 0 && slot < 4, "add_linear: add a layer first; slot 0..3");
     Linear lin;
     lin.kind = kind_named(kind);
     lin.a = a;
     lin.b = b.has_value() ? *b : Tensor();
     lin.group = group;
-    std::tie(lin.in_features, lin.out_features) = linear_shape(lin.kind, lin.a, lin.b, group);
+    std::tie(lin.in_features, lin.kernel_rows) = linear_shape(lin.kind, lin.a, lin.b, group);
+    TORCH_CHECK_VALUE(out_features > 0 && out_features <= lin.kernel_rows, "a linear of ", lin.kernel_rows,
+                      " rows can't contribute ", out_features);
+    lin.out_features = out_features;
     const auto expected_in = slot_shapes()[slot].first;
     TORCH_CHECK_VALUE(lin.in_features == expected_in, "a linear of slot ", slot, " takes ", expected_in,
                       " features, not ", lin.in_features);
