@@ -148,13 +148,12 @@ class FastForward:
         # near-ties into different greedy tokens (measured: the embedded model stopped answering "Paris"). Only a
         # float32 head gets a faster bfloat16 twin for the leading candidates (lm_head.py); a quantized or 16-bit
         # head is the cheapest there is and computes every logit as the model does.
-        float_head = type(head) is nn.Linear and head.weight.dtype == torch.float32
-        self.lm_head = LMHead(
-            stored.head(head, self.dtype, pack),
-            head.weight.detach() if float_head else None,
-            head.bias if float_head else None,
-            try_fast=float_head and formats_.BFLOAT16 in formats,
-        )
+        if type(head) is nn.Linear and head.weight.dtype == self.dtype:
+            exact_head = kernels.PackedLinear(head.weight, head.bias) if pack else head
+            try_fast = self.dtype == torch.float32 and formats_.BFLOAT16 in formats
+            self.lm_head = LMHead(exact_head, head.weight.detach(), head.bias, try_fast=try_fast)
+        else:
+            self.lm_head = LMHead.stored(stored.weight_module(head))
         self.kinds = ["lean Llama-family forward", "fused QKV", "fused gate/up MLP", "fused RMSNorm"]
         self.linears = {native: self._native_linears(pack)}
         self._copies: dict[str, dict[int, tuple[nn.Module, ...]]] = {}  # by format, by layer

@@ -4,6 +4,8 @@ picked from is float32's)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
@@ -12,6 +14,30 @@ from engine.model import formats
 CANDIDATES = 8  # recomputed exactly; bfloat16's rounding (about 0.1 of a logit) never reorders a lead wider than that
 TOP_K_MARGIN = 32  # top-k sampling: candidates recomputed beyond k, so bfloat16 does not decide who is k-th
 MAX_TOP_K = 256  # above this, computing the exact head costs less than the candidates
+
+
+EXACT_BLOCK_ROWS = 4096  # a quantized head's rows dequantized at a time for an exact pass (a few MiB of float32)
+
+
+class DequantizedHead(nn.Module):
+    """A head held in a weight module (int8, int4, 16-bit), computed exactly in float32 over its dequantized weights,
+    a block of rows at a time: for the steps that need every logit exact (logprobs, a logit bias)."""
+
+    def __init__(self, module: nn.Module) -> None:
+        super().__init__()
+        self._module = [module]  # not registered: the model owns it
+        self.out_features = module.out_features
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        module = self._module[0]
+        x = hidden.float()
+        out = torch.empty(x.shape[0], self.out_features, device=x.device)
+        for start in range(0, self.out_features, EXACT_BLOCK_ROWS):
+            ids = torch.arange(start, min(start + EXACT_BLOCK_ROWS, self.out_features), device=x.device)
+            torch.matmul(x, module.dequantize(ids).t(), out=out[:, start : start + len(ids)])
+        if module.bias is not None:
+            out += module.bias
+        return out
 
 
 class LMHead:
@@ -28,6 +54,7 @@ class LMHead:
         self.weight = weight
         self.bias = bias
         self.fast: nn.Module | None = None
+        self.rows_of: Callable[[torch.Tensor], torch.Tensor] | None = None  # exact weight rows of token ids
         if try_fast and weight is not None:
             fast = formats.make_linear(weight, bias, formats.BFLOAT16)
             x = torch.randn(1, weight.shape[1])
@@ -35,6 +62,16 @@ class LMHead:
             key = formats.machine_key("lm head", *weight.shape)
             if formats.measure(passes, buckets=(1,), key=key).format_for(1) == formats.BFLOAT16:
                 self.fast = fast
+
+    @classmethod
+    def stored(cls, module: nn.Module) -> LMHead:
+        """A head held in a weight module (int8, int4, 16-bit): the module itself is the fast head (bfloat16 rows in,
+        its rounding out), and what is picked from is float32 over its dequantized weights, exact for the weights as
+        stored: the leading candidates recomputed from their rows, every logit when all are asked for."""
+        head = cls(DequantizedHead(module), None, module.bias, try_fast=False)
+        head.fast = module
+        head.rows_of = module.dequantize
+        return head
 
     def greedy(self, hidden: torch.Tensor, allowed: torch.Tensor | None = None) -> torch.Tensor:
         """allowed [rows, vocab]: only these tokens may be picked (a grammar's mask); the others get -inf, before the
@@ -69,7 +106,9 @@ class LMHead:
         self, logits: torch.Tensor, hidden: torch.Tensor, ids: torch.Tensor, allowed: torch.Tensor | None
     ) -> None:
         """logits[r, ids[r]] = the float32 head's values (disallowed ones stay -inf)."""
-        rows = self.weight.index_select(0, ids.reshape(-1)).view(*ids.shape, -1)  # [rows, n, hidden]
+        flat = ids.reshape(-1)
+        picked = self.weight.index_select(0, flat) if self.rows_of is None else self.rows_of(flat)
+        rows = picked.view(*ids.shape, -1)  # [rows, n, hidden]
         exact = torch.bmm(rows, hidden.float().unsqueeze(-1)).squeeze(-1)
         if self.bias is not None:
             exact += self.bias[ids]

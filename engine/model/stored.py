@@ -128,10 +128,8 @@ def _fuse_int4(group: list[Int4Linear]) -> Int4Linear | None:
     return fused
 
 
-def head(module: nn.Module, activations: torch.dtype, pack: bool) -> nn.Module:
-    """The LM head as it is stored, computing float32 logits from `activations` rows."""
+def weight_module(module: nn.Module) -> nn.Module:
+    """A linear as one of the engine's weight modules: itself, or a float nn.Linear held in HalfLinear (no copy)."""
     if weights.weight_module(module):
         return module
-    if module.weight.dtype == activations:
-        return kernels.PackedLinear(module.weight, module.bias) if pack else module
     return HalfLinear(module.weight, module.bias, module.weight.dtype)
