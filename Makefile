@@ -8,8 +8,6 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
 PACKAGING_STAMP := $(VENV)/.packaging-installed
-# `make package PRECONVERT=yes` ships the embedded model already converted (bigger download, faster first start).
-PRECONVERT ?= no
 # `make package DEB_COMPRESSION=zstd`: a .deb in a minute instead of ten, ~20 % larger (xz is for releases).
 DEB_COMPRESSION ?= xz
 
@@ -70,7 +68,7 @@ $(PACKAGING_STAMP): $(STAMP) packaging/requirements.txt
 
 # The installers: the PyInstaller bundle in dist/, and on Linux the .deb and .tar.gz (incremental; see packaging/).
 package: $(PACKAGING_STAMP)
-	nice -n 10 $(PY) packaging/build.py --preconvert $(PRECONVERT) --deb-compression $(DEB_COMPRESSION) $(PACKAGE_ARGS)
+	nice -n 10 $(PY) packaging/build.py --deb-compression $(DEB_COMPRESSION) $(PACKAGE_ARGS)
 
 # Installs the .deb into a temporary root (dpkg -x) and runs the installed studio offline: --version, --self-test,
 # generate (also nf4), serve (about 3 minutes once the packages exist, so not part of `make test`).

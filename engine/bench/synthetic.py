@@ -15,7 +15,6 @@ from pathlib import Path
 import numpy as np
 
 from engine.bench.synthetic_gguf import write_gguf
-from engine.load.gguf_cache import converted_folder
 from engine.load.model_source import embedded_gguf_path
 from engine.paths import cache_dir
 
@@ -136,10 +135,15 @@ def write_folder(shape: Shape, folder: Path) -> None:
     (folder / "config.json").write_text(json.dumps(config(shape), indent=1))
     generation = {"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 2, "do_sample": False}
     (folder / "generation_config.json").write_text(json.dumps(generation))
-    tokenizer_folder, _ = converted_folder(embedded_gguf_path())
-    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json"):
-        if (tokenizer_folder / name).exists():
-            shutil.copy(tokenizer_folder / name, folder / name)
+    write_tokenizer(folder)
+
+
+def write_tokenizer(folder: Path) -> None:
+    """The embedded model's tokenizer and chat template, read from its GGUF metadata, saved into a folder."""
+    from engine.load.gguf_header import read_header
+    from engine.load.gguf_metadata import read_tokenizer
+
+    read_tokenizer(read_header(embedded_gguf_path())).save_pretrained(folder)
 
 
 @dataclass(frozen=True)

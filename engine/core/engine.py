@@ -23,10 +23,10 @@ from engine.core.scheduler import Scheduler, SchedulerOutput
 from engine.core.step_cost import StepCostModel
 from engine.errors import InvalidRequestError, PromptTooLongError, UnsupportedOptionError
 from engine.load.loader import LoadedModel
-from engine.model import formats, weights
+from engine.model import formats
 from engine.model.attention import PagedKVCache
 from engine.model.geometry import attention_geometry
-from engine.model.runner import ModelRunner
+from engine.model.runner import ModelRunner, output_size
 from engine.model.sampler import Sampler, token_logprobs
 from engine.types import FinishReason, SamplingParams, TokenEvent, TokenLogprob, new_request_id
 
@@ -52,21 +52,24 @@ class StepRun:
 
 def weight_formats(loaded: LoadedModel) -> tuple[str, ...]:
     """Formats the lean forward may use beside the model's own, the fastest per batch size measured at load: on a
-    CPU, bfloat16 copies when the user left the dtype to the studio, int8/int4 ones when they asked for those
-    (an explicit dtype without quantization is honoured: token-exact checks pin float32)."""
+    CPU, bfloat16 copies of a float32 model when the user left the dtype to the studio (an explicit dtype is
+    honoured: token-exact checks pin float32). A model held as stored (or quantized by the loader) runs its own, and,
+    under an automatic dtype, a bfloat16 (float32 without bfloat16 kernels) copy for the batch sizes it is measured
+    faster at, where that copy is small and fits (the lean forward decides: fast_forward.COPY_MAX_BYTES)."""
     options = loaded.options
     device = torch.device(options.device)
-    if options.dtype != torch.float32 or not (options.dtype_auto or options.engine_quantized):
-        return ()
-    candidates = [formats.BFLOAT16]
-    if options.engine_quantized:
-        if not formats.usable(options.quantization, device):
+    if loaded.as_stored:
+        if options.engine_quantized and not formats.usable(options.quantization, device):
             raise UnsupportedOptionError(
                 f"{options.quantization} needs torch's weight-only CPU kernel, which this torch build lacks; "
                 "choose bfloat16, or nf4 (bitsandbytes)"
             )
-        candidates.append(options.quantization)
-    usable = [fmt for fmt in candidates if formats.usable(fmt, device)]
+        if device.type != "cpu" or not options.dtype_auto or options.quantization != "none":
+            return ()
+        return (formats.BFLOAT16,) if formats.usable(formats.BFLOAT16, device) else (formats.FLOAT32,)
+    if options.dtype != torch.float32 or not options.dtype_auto:
+        return ()
+    usable = [fmt for fmt in (formats.BFLOAT16,) if formats.usable(fmt, device)]
     return (formats.FLOAT32, *usable) if usable else ()
 
 
@@ -85,7 +88,7 @@ class Engine:
         self.tokenizer = loaded.tokenizer
 
         geometry = attention_geometry(self.model.config)
-        kv_dtype = loaded.options.dtype
+        kv_dtype = loaded.kv_dtype
         self.kv_bytes_per_token = geometry.kv_bytes_per_token(torch.empty((), dtype=kv_dtype).element_size())
         num_pages = config.pages_for(self.kv_bytes_per_token)
         ps = config.page_size
@@ -101,7 +104,7 @@ class Engine:
             config.prefill_budget_s or 0.0, config.prefill_stall_ratio, min_tokens=ps, max_tokens=config.max_step_tokens
         )
         self.metrics = MetricsRecorder(config.metrics_capacity)
-        self.vocab_size = weights.out_features(self.model.get_output_embeddings())
+        self.vocab_size = output_size(self.model)
         text_config = self.model.config.get_text_config()
         self.context_length = getattr(text_config, "max_position_embeddings", None) or num_pages * ps
         eos_ids = eos_token_ids(self.tokenizer, self.model)

@@ -93,7 +93,9 @@ def unsupported_reason(model: nn.Module) -> str | None:
 BUDGET_PARAMETERS = 48_000_000
 BUDGET_MAX_LAYERS = 4
 CHECK_LAYERS = 2
-# a copy of the weights in another format is made only where it fits this share of the memory available now
+# a copy beside weights held as stored is made only up to this size (small models, where it speeds prompts most and
+# costs least; the loader's memory estimate counts it) and where it fits this share of the memory available now
+COPY_MAX_BYTES = 1 << 30
 COPY_MEMORY_SHARE = 0.25
 
 
@@ -236,7 +238,8 @@ class FastForward:
         user's dtype and quantization asked for, as before)."""
         if not weights.formats_of(self.model) - {formats_.FLOAT32}:
             return True
-        fits = self._copy_bytes(fmt) < free_memory_bytes(self.device.type) * COPY_MEMORY_SHARE
+        size = self._copy_bytes(fmt)
+        fits = size <= COPY_MAX_BYTES and size < free_memory_bytes(self.device.type) * COPY_MEMORY_SHARE
         if not fits:
             log.info("no %s copy of the weights: %d MiB would not fit beside them", fmt, self._copy_bytes(fmt) >> 20)
         return fits

@@ -43,6 +43,28 @@ class Layout:
             parts.append((pairs[:, 0] | (pairs[:, 1] << 4)).t().reshape(-1))
         return torch.cat(parts).view(n, k // 2) if len(parts) > 1 else parts[0].view(n, k // 2)
 
+    def pack_nibbles(self, qs: torch.Tensor) -> torch.Tensor:
+        """GGUF's own 4-bit layout straight into this packing: qs uint8 [N, G, W], each byte holding the codes of
+        columns i (low nibble) and W + i (high) of its group of 2W columns (Q4_0/Q4_1: W = 16, Q4_K: W = 32).
+        Row pairs are combined byte-wise (no [N, K] array of codes is made): a few passes over K / 2 bytes a row."""
+        n, groups, width = qs.shape
+        k = groups * width * 2
+        full = n // self.block * self.block
+        parts = []
+        if full:
+            blocks = qs[:full].view(full // self.block, self.block, groups, width)
+            if self.split:
+                low, high = blocks[:, : self.block // 2], blocks[:, self.block // 2 :]
+            else:
+                pairs = blocks.view(full // self.block, self.block // 2, 2, groups, width)
+                low, high = pairs[:, :, 0], pairs[:, :, 1]
+            paired = _pair_bytes(low, high).view(full // self.block, self.block // 2, k)
+            parts.append(paired.transpose(1, 2).reshape(-1))
+        if n > full:
+            pairs = qs[full:].view((n - full) // 2, 2, groups, width)
+            parts.append(_pair_bytes(pairs[:, 0], pairs[:, 1]).view((n - full) // 2, k).t().reshape(-1))
+        return (torch.cat(parts) if len(parts) > 1 else parts[0]).view(n, k // 2)
+
     def rows(self, packed: torch.Tensor, ids: torch.Tensor, k: int) -> torch.Tensor:
         """The codes of rows `ids` (int64 [R]) of a packed [N, K / 2] weight -> uint8 [R, K]."""
         n = packed.shape[0]
@@ -62,6 +84,14 @@ class Layout:
         index = start[:, None] + torch.arange(k, device=ids.device)[None, :] * width[:, None]
         data = packed.reshape(-1)[index]
         return torch.where(high[:, None], data >> 4, data & 0xF)
+
+
+def _pair_bytes(low: torch.Tensor, high: torch.Tensor) -> torch.Tensor:
+    """Bytes of (low row's code | high row's code << 4) for every column, from two rows' GGUF nibble bytes [..., G, W]:
+    [..., G, 2, W] (columns i, then W + i, of each group)."""
+    first = (low & 0x0F) | (high << 4)
+    second = (low >> 4) | (high & 0xF0)
+    return torch.stack((first, second), dim=-2)
 
 
 CANDIDATES = (Layout(64, True), Layout(32, True), Layout(32, False), Layout(64, False))
@@ -89,6 +119,16 @@ def pack(codes: torch.Tensor) -> torch.Tensor:
     known = layout()
     if known is not None:
         return known.pack(codes.contiguous())
+    return torch._convert_weight_to_int4pack_for_cpu(codes.to(torch.int32), INNER_K_TILES)
+
+
+def pack_nibbles(qs: torch.Tensor) -> torch.Tensor:
+    """GGUF's nibble bytes [N, G, W] (N a multiple of 16) -> torch's packed int4 weight for this CPU."""
+    known = layout()
+    if known is not None:
+        return known.pack_nibbles(qs.contiguous())
+    n, groups, width = qs.shape
+    codes = torch.stack((qs & 0x0F, qs >> 4), dim=-2).view(n, groups * width * 2)
     return torch._convert_weight_to_int4pack_for_cpu(codes.to(torch.int32), INNER_K_TILES)
 
 

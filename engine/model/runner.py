@@ -11,7 +11,7 @@ import torch
 
 from engine.core.scheduler import ScheduledChunk
 from engine.errors import UnsupportedOptionError
-from engine.model import attention, fast_forward, patches, weights
+from engine.model import attention, fast_forward, patches
 from engine.model.attention import PagedKVCache
 from engine.model.batch import grammar_masks, pack
 
@@ -25,6 +25,12 @@ class ForwardResult:
     forward_s: float
     weight_format: str = ""  # the format the step's linears ran in
     grammar_applied: bool = False  # the logits already carry the grammars' masks (the LM head applied them)
+
+
+def output_size(model: torch.nn.Module) -> int:
+    """The LM head's rows (the vocabulary it scores): an nn.Linear or an engine weight module (no .weight)."""
+    head = model.get_output_embeddings()
+    return head.out_features if hasattr(head, "out_features") else head.weight.shape[0]
 
 
 def prepare_model(model: torch.nn.Module) -> None:
@@ -63,7 +69,7 @@ class ModelRunner:
         prepare_model(model)
         self.model = model
         self.cache = cache
-        self.vocab_size = weights.out_features(model.get_output_embeddings())
+        self.vocab_size = output_size(model)
         self.fast = None
         if optimize:
             self.fast = fast_forward.build(

@@ -54,13 +54,6 @@ def formats_of(model: nn.Module) -> set[str]:
     return {linear_format(m) for m in model.modules() if is_linear(m)}
 
 
-def out_features(module: nn.Module) -> int:
-    """Rows of a linear's weight (the vocabulary, for an LM head), whatever its format."""
-    if hasattr(module, "out_features"):
-        return int(module.out_features)
-    return int(module.weight.shape[0])
-
-
 def dequantize(module: nn.Module, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """The weight [out, in] a linear multiplies with, in `dtype` (a copy for weight modules; a float weight as it
     is, cast if asked)."""
