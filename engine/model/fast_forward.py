@@ -27,7 +27,7 @@ from engine.model import formats as formats_
 from engine.model.attention import PagedKVCache, StepContext
 from engine.model.batch import ChunkTables, pack
 from engine.model.geometry import attention_geometry
-from engine.model.lm_head import LMHead
+from engine.model.lm_head import CANDIDATES, LMHead
 from engine.model.reference import transformers_mode
 from engine.types import SamplingParams
 
@@ -477,7 +477,10 @@ def check_against_transformers(
         with torch.inference_mode():
             for start, count_ in CHECK_STAGES:
                 batch = pack([ScheduledChunk(request, count_, start, samples=True)], cache, tables=compiled)
-                ours = part(batch.context, batch.input_ids, batch.positions, batch.keep, tables=batch.tables)
+                # the greedy head: a quantized head's every-logit exact pass dequantizes it whole, which would cost
+                # more than the layers checked (the head is the model's own module in both forwards)
+                ids_, positions, keep = batch.input_ids, batch.positions, batch.keep
+                ours = part(batch.context, ids_, positions, keep, CANDIDATES, tables=batch.tables)
                 outputs.append(ours.float()[0])
         runs.append(outputs)
     expected_rows = (
