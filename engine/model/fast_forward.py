@@ -89,9 +89,9 @@ def unsupported_reason(model: nn.Module) -> str | None:
 
 
 # The weight-format measurement and the fast path's check each touch a few layers, whatever the model's size: about
-# this many weights (enough that they stream from memory as a real step's do) and at most MAX_LAYERS layers
+# this many weights (enough that they stream from memory as a real step's do) and at most BUDGET_MAX_LAYERS layers
 BUDGET_PARAMETERS = 48_000_000
-BUDGET_MAX_LAYERS = 4
+BUDGET_MAX_LAYERS = 8
 CHECK_LAYERS = 2
 # a copy beside weights held as stored is made only up to this size (small models, where it speeds prompts most and
 # costs least; the loader's memory estimate counts it) and where it fits this share of the memory available now
