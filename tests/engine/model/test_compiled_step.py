@@ -164,6 +164,30 @@ def test_models_held_as_stored_give_the_python_layers_logits_and_cache(folders, 
 
 
 @needs_library
+@pytest.mark.parametrize("quantization", ["int8", "int4"])
+def test_an_engine_on_a_model_held_as_stored_runs_it_over_a_bfloat16_cache(tiny_model_dir, quantization) -> None:
+    """End to end: the loader holds the weights as stored with a bfloat16 KV cache; the engine's steps run the
+    compiled step, and greedy replies equal the Python layers' (same weights, same cache dtype)."""
+    from engine.core.config import EngineConfig
+    from engine.core.engine import Engine
+
+    loaded = load_model(str(tiny_model_dir), LoadOptions(quantization=quantization))
+    assert loaded.as_stored and loaded.kv_dtype == torch.bfloat16
+    replies = []
+    for compiled in (True, False):
+        engine = Engine(loaded, EngineConfig(kv_pages=64, page_size=4, compiled_step=compiled))
+        record = engine.runtime_record()
+        assert record["kv_cache"] == "bfloat16" and record["fast_path_check"].startswith("agrees")
+        assert record["compiled_step"].startswith("on for") == compiled, record["compiled_step"]
+        prompts = [[5, 9, 13, 40, 41, 42, 77, 100, 101, 102], [7, 8, 200, 201, 202] * 5]
+        requests = [engine.add_request(p, SamplingParams(max_tokens=12, ignore_eos=True)) for p in prompts]
+        run_to_completion(engine)
+        assert engine.runner.fast.last_compiled == compiled
+        replies.append([r.output_ids for r in requests])
+    assert replies[0] == replies[1]
+
+
+@needs_library
 def test_the_engine_uses_it_and_says_so(make_engine, tiny_loaded) -> None:
     from tests.helpers import reference_greedy
 
