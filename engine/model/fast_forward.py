@@ -147,9 +147,9 @@ class FastForward:
         self.stored_format = native
         head = model.get_output_embeddings()
         # The LM head stays in the model's own format: bfloat16 logits round to steps of 1/8 and more, which turns
-        # near-ties into different greedy tokens (measured: the embedded model stopped answering "Paris"). Only a
-        # float32 head gets a faster bfloat16 twin for the leading candidates (lm_head.py); a quantized or 16-bit
-        # head is the cheapest there is and computes every logit as the model does.
+        # near-ties into different greedy tokens (measured: the embedded model stopped answering "Paris"). A float32
+        # head may get a faster bfloat16 twin for ranking; a quantized or 16-bit head ranks with its own kernel; in
+        # both, what is picked from is float32 over the head's weights (lm_head.py).
         if type(head) is nn.Linear and head.weight.dtype == self.dtype:
             exact_head = kernels.PackedLinear(head.weight, head.bias) if pack else head
             try_fast = self.dtype == torch.float32 and formats_.BFLOAT16 in formats
