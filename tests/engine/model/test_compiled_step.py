@@ -140,10 +140,16 @@ def folders(tmp_path_factory) -> dict[str, Path]:
     }
 
 
+STORED_CASES = [("llama", plan, kv) for plan in STORED_PLANS for kv in (torch.float32, torch.bfloat16)] + [
+    ("qwen2", plan, torch.bfloat16)
+    for plan in ("Q4_K_M-like mix", "mixed in one projection")  # QKV biases fused
+]
+
+
 @needs_library
-@pytest.mark.parametrize("kv", [torch.float32, torch.bfloat16], ids=["float32 KV", "bfloat16 KV"])
-@pytest.mark.parametrize("plan", list(STORED_PLANS))
-@pytest.mark.parametrize("name", ["llama", "qwen2"])
+@pytest.mark.parametrize(
+    ("name", "plan", "kv"), STORED_CASES, ids=[f"{n}-{p}-{str(k)[6:]} KV" for n, p, k in STORED_CASES]
+)
 def test_models_held_as_stored_give_the_python_layers_logits_and_cache(folders, name, plan, kv) -> None:
     """Weights as a loader holds them (int4, int8, bfloat16, mixed per tensor; an int8 embedding and LM head):
     the compiled step computes what the Python layers do, into a float32 or bfloat16 KV cache."""
