@@ -55,7 +55,9 @@ class StepRun:
 def weight_formats(loaded: LoadedModel) -> tuple[str, ...]:
     """Formats the lean forward may use beside the model's own, the fastest per batch size measured at load: on a
     CPU, bfloat16 copies of a float32 model when the user left the dtype to the studio (an explicit dtype is
-    honoured: token-exact checks pin float32). A model held as stored (or quantized by the loader) runs its own."""
+    honoured: token-exact checks pin float32). A model held as stored (or quantized by the loader) runs its own, and,
+    under an automatic dtype, a bfloat16 (float32 without bfloat16 kernels) copy for the batch sizes it is measured
+    faster at, where that copy is small and fits (the lean forward decides: fast_forward.COPY_MAX_BYTES)."""
     options = loaded.options
     device = torch.device(options.device)
     if loaded.as_stored:
@@ -64,7 +66,9 @@ def weight_formats(loaded: LoadedModel) -> tuple[str, ...]:
                 f"{options.quantization} needs torch's weight-only CPU kernel, which this torch build lacks; "
                 "choose bfloat16, or nf4 (bitsandbytes)"
             )
-        return ()
+        if device.type != "cpu" or not options.dtype_auto or options.quantization != "none":
+            return ()
+        return (formats.BFLOAT16,) if formats.usable(formats.BFLOAT16, device) else (formats.FLOAT32,)
     if options.dtype != torch.float32 or not options.dtype_auto:
         return ()
     usable = [fmt for fmt in (formats.BFLOAT16,) if formats.usable(fmt, device)]
@@ -72,7 +76,10 @@ def weight_formats(loaded: LoadedModel) -> tuple[str, ...]:
 
 
 class Engine:
-    def __init__(self, loaded: LoadedModel, config: EngineConfig | None = None) -> None:
+    def __init__(
+        self, loaded: LoadedModel, config: EngineConfig | None = None, progress: Callable[[str], None] | None = None
+    ) -> None:
+        """progress: told what is measured and checked while the engine is built (the window's status bar)."""
         config = config or EngineConfig()
         if config.max_step_tokens is None:
             config = replace(config, max_step_tokens=step_tokens_for(str(loaded.options.device)))
@@ -94,7 +101,9 @@ class Engine:
             geometry.num_layers, geometry.num_kv_heads, geometry.head_dim, num_pages, ps, kv_dtype,
             loaded.options.device,
         )  # fmt: skip
-        self.runner = ModelRunner(self.model, self.cache, config.optimize, weight_formats(loaded), config.compiled_step)
+        self.runner = ModelRunner(
+            self.model, self.cache, config.optimize, weight_formats(loaded), config.compiled_step, progress
+        )
         release_freed_memory()  # the copies the format measurement built and dropped: back to the OS, not the heap
         self.kernels = self.runner.kernels
         self.step_cost = StepCostModel(

@@ -183,7 +183,10 @@ class Int4Linear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features).to(torch.bfloat16)
-        out = torch._weight_int4pack_mm_for_cpu(rows, self.packed, INT4_GROUP, self.scales_and_zeros).float()
+        # the kernel reads its scales as contiguous whatever their strides: the lean forward's fused modules leave the
+        # model's own modules strided views of theirs (engine/model/stored.py)
+        scales = self.scales_and_zeros.contiguous()
+        out = torch._weight_int4pack_mm_for_cpu(rows, self.packed, INT4_GROUP, scales).float()
         if out.shape[-1] != self.out_features:
             out = out[:, : self.out_features]
         if self.bias is not None:

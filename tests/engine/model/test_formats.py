@@ -230,3 +230,25 @@ def test_which_steps_pick_among_leading_candidates() -> None:
     replied = chunks(greedy, presence)
     replied[1].request.output_ids = [9, 7, 9]
     assert _penalized(replied) == [[], [7, 9]]
+
+
+@pytest.mark.parametrize("fmt", ["int8", "int4", "bfloat16"])
+def test_a_head_held_as_stored_picks_the_exact_greedy_token_of_its_weights(fmt) -> None:
+    """The quantized head's own kernel (bfloat16 rows in, bfloat16 logits out) ranks near-ties differently from
+    float32 over its weights; greedy picks float32's, and every logit is exact when all are asked for."""
+    from engine.model.lm_head import LMHead
+    from engine.model.quantized import make_weight_module
+
+    if fmt != "bfloat16" and not formats.usable(fmt, torch.device("cpu")):
+        pytest.skip(f"torch's {fmt} CPU kernel is missing here")
+    torch.manual_seed(0)
+    module = make_weight_module(torch.randn(2000, 64) * 0.05, None, fmt)
+    head = LMHead.stored(module)
+    hidden = torch.randn(64, 64) * 4
+    with torch.inference_mode():
+        exact = hidden @ module.dequantize().t()
+        assert torch.allclose(head.exact(hidden), exact, atol=1e-4, rtol=1e-5)
+        greedy = head.greedy(hidden)
+        assert torch.equal(greedy.argmax(-1), exact.argmax(-1))
+        picked = greedy.gather(-1, exact.argmax(-1, keepdim=True))
+        assert torch.allclose(picked, exact.max(-1, keepdim=True).values, atol=1e-4)
