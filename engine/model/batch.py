@@ -12,13 +12,16 @@ from engine.core.scheduler import ScheduledChunk
 from engine.model.attention import PagedKVCache, PrefillSlice, StepContext
 from engine.model.lm_head import CANDIDATES, MAX_TOP_K, TOP_K_MARGIN
 
+# The compiled step's chunk table columns (decode_step.cpp's CHUNK_COLUMN_NAMES, checked when its library loads)
+CHUNK_COLUMNS = ("first_row", "rows", "start")
+
 
 @dataclass
 class ChunkTables:
-    """The step's sequences as the compiled step reads them: per chunk (first row, rows, first position), and its
-    page table padded with its first page."""
+    """The step's sequences as the compiled step reads them: per chunk its CHUNK_COLUMNS (first row in the step,
+    rows, first position), and its page table padded with its first page."""
 
-    chunks: torch.Tensor  # [c, 3] int64
+    chunks: torch.Tensor  # [c, len(CHUNK_COLUMNS)] int64
     pages: torch.Tensor  # [c, max_pages] int64
 
 
@@ -84,7 +87,8 @@ def _chunk_tables(ordered: list[ScheduledChunk], page_size: int, device) -> Chun
     tables: list[list[int]] = []
     row = 0
     for chunk in ordered:
-        rows.append([row, chunk.num_tokens, chunk.start])
+        columns = {"first_row": row, "rows": chunk.num_tokens, "start": chunk.start}
+        rows.append([columns[name] for name in CHUNK_COLUMNS])
         tables.append(chunk.request.page_table[: math.ceil((chunk.start + chunk.num_tokens) / page_size)])
         row += chunk.num_tokens
     width = max(len(t) for t in tables)

@@ -30,6 +30,7 @@ from torch import nn
 
 from engine.model import formats as formats_
 from engine.model import kernels
+from engine.model.batch import CHUNK_COLUMNS
 from engine.model.quantized import INT4_GROUP, Int4Linear, Int8Linear
 from engine.paths import cache_dir
 
@@ -38,7 +39,14 @@ log = logging.getLogger(__name__)
 SOURCE = Path(__file__).with_name("csrc") / "decode_step.cpp"
 COMPILE_TIMEOUT_S = 600
 DISABLE_ENV = "INFERENCE_STUDIO_COMPILED_STEP"  # "0": always the Python lean forward
-_PACKED, _INT8, _INT4 = 0, 1, 2
+# the -march the step is built for: "native" (this CPU) unless set, or unless torch is held to AVX2 or less
+# (ATEN_CPU_CAPABILITY=avx2 or default: a build for an older CPU, the same code a machine without AVX-512 runs)
+ARCH_ENV = "INFERENCE_STUDIO_COMPILED_STEP_ARCH"
+_ARCH_FOR_ATEN_CAPABILITY = {"avx2": "x86-64-v3", "default": "x86-64-v2"}
+# The linear kinds the C++ step computes, by the names decode_step.cpp defines (KINDS): checked against the library's
+# contract() when it loads, as are batch.CHUNK_COLUMNS
+PACKED, INT8, INT4 = "onednn_packed", "int8", "int4"
+KINDS = (PACKED, INT8, INT4)
 
 
 class CompileUnavailable(RuntimeError):
@@ -56,6 +64,8 @@ class _State:
     lock: threading.Lock = field(default_factory=threading.Lock)
     loaded: Path | None = None
     failure: str | None = None
+    #: the failure is how this machine or package is (turned off, no compiler, no headers or source), not a fault
+    expected: bool = False
 
 
 _state = _State()
@@ -76,30 +86,41 @@ def _compiler() -> str:
     raise NothingToBuildWith("no C++ compiler found (install g++ or clang, or set CXX)")
 
 
+def target_arch() -> str:
+    """What -march the step is built for (see ARCH_ENV)."""
+    chosen = os.environ.get(ARCH_ENV, "").strip()
+    if chosen:
+        return chosen
+    return _ARCH_FOR_ATEN_CAPABILITY.get(os.environ.get("ATEN_CPU_CAPABILITY", "").strip().lower(), "native")
+
+
 def _flags() -> list[str]:
     from torch.utils import cpp_extension  # torch's own answer to where its headers and libraries are
 
     headers = cpp_extension.include_paths()
     if not any((Path(path) / "ATen" / "ATen.h").exists() for path in headers):
         raise NothingToBuildWith("torch's C++ headers are not installed here (a packaged studio ships without them)")
-    includes = [f"-I{path}" for path in headers]
+    # torch's headers as system headers: the warnings are about our source only, and a build with any is a test failure
+    includes = [flag for path in headers for flag in ("-isystem", path)]
     libs = cpp_extension.library_paths()
     abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
     return [
-        "-O3", "-march=native", "-ffp-contract=off", "-fopenmp-simd", "-std=c++17", "-w", "-shared", "-fPIC",
-        f"-D_GLIBCXX_USE_CXX11_ABI={abi}", *includes,
+        "-O3", f"-march={target_arch()}", "-ffp-contract=off", "-fopenmp-simd", "-std=c++17", "-Wall", "-Wextra",
+        "-shared", "-fPIC", f"-D_GLIBCXX_USE_CXX11_ABI={abi}", *includes,
         *[f"-L{path}" for path in libs], *[f"-Wl,-rpath,{path}" for path in libs], "-lc10", "-ltorch_cpu", "-ltorch",
     ]  # fmt: skip
 
 
 def _library_path(compiler: str) -> Path:
-    """The cached build for this source, torch, compiler and CPU (-march=native makes it this CPU's)."""
+    """The cached build for this source, torch, compiler, flags and CPU (-march=native makes it this CPU's)."""
     try:
         version = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30).stdout
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise CompileUnavailable(f"the C++ compiler {compiler} does not run: {exc}") from None
     key = hashlib.sha256()
-    for part in (SOURCE.read_bytes(), torch.__version__.encode(), version.encode(), _cpu_identity().encode()):
+    parts = (SOURCE.read_bytes(), torch.__version__.encode(), version.encode(), _cpu_identity().encode(), target_arch())
+    for part in parts:
+        part = part.encode() if isinstance(part, str) else part
         key.update(part)
     return cache_dir() / "compiled" / f"decode_step-{key.hexdigest()[:20]}.so"
 
@@ -132,7 +153,41 @@ def _compile(compiler: str, target: Path, progress: Callable[[str], None] | None
         errors = [line for line in (done.stderr or done.stdout).splitlines() if "error" in line.lower()]
         detail = (errors or (done.stderr or done.stdout).splitlines() or ["no output"])[0].strip()
         raise CompileUnavailable(f"compiling the decode step failed: {detail[:200]}")
+    warnings = [line for line in (done.stderr or "").splitlines() if "warning:" in line]
+    if warnings:
+        log.warning("the decode step compiled with %d warnings, the first: %s", len(warnings), warnings[0][:200])
+    _warnings_path(target).write_text("\n".join(warnings))
     os.replace(partial, target)  # atomic: another process sees the whole library or none
+
+
+def _warnings_path(library: Path) -> Path:
+    return library.with_suffix(".warnings")
+
+
+def build_warnings() -> list[str] | None:
+    """The compiler's warnings when the loaded library was built (None when none is loaded, or its record is gone)."""
+    if _state.loaded is None:
+        return None
+    try:
+        text = _warnings_path(_state.loaded).read_text()
+    except OSError:
+        return None
+    return text.splitlines()
+
+
+def _check_contract() -> None:
+    """The library speaks the contract this Python side does: its linear kinds and chunk table columns."""
+    try:
+        text = torch.ops.studio.contract()
+        parts = dict(part.split(":", 1) for part in text.split(";"))
+        kinds, columns = tuple(parts["kinds"].split(",")), tuple(parts["chunk_columns"].split(","))
+    except (AttributeError, RuntimeError, KeyError, ValueError) as exc:
+        raise CompileUnavailable(f"the compiled step's library states no contract ({exc})") from None
+    if not set(KINDS) <= set(kinds) or columns != CHUNK_COLUMNS:
+        raise CompileUnavailable(
+            f"the compiled step's contract (kinds {kinds}, chunk columns {columns}) is not this Python side's "
+            f"(kinds {KINDS}, chunk columns {CHUNK_COLUMNS})"
+        )
 
 
 def ensure_loaded(progress: Callable[[str], None] | None = None) -> bool:
@@ -143,7 +198,7 @@ def ensure_loaded(progress: Callable[[str], None] | None = None) -> bool:
             return True
         reason = disabled_reason()
         if reason is not None:
-            _state.failure = reason
+            _state.failure, _state.expected = reason, True
             return False
         if _state.failure is not None:
             return False
@@ -161,9 +216,10 @@ def ensure_loaded(progress: Callable[[str], None] | None = None) -> bool:
                 target.unlink(missing_ok=True)
                 _compile(compiler, target, progress)
                 torch.ops.load_library(str(target))
-        except (CompileUnavailable, ImportError, OSError, RuntimeError) as exc:
-            _state.failure = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            level = logging.INFO if isinstance(exc, NothingToBuildWith) else logging.WARNING
+            _check_contract()
+        except Exception as exc:  # whatever fails here, the Python layers run and the reason is said
+            _state.failure, _state.expected = first_line(exc), isinstance(exc, NothingToBuildWith)
+            level = logging.INFO if _state.expected else logging.WARNING
             log.log(level, "compiled decode step unavailable: %s; the Python lean forward runs instead", _state.failure)
             return False
         _state.loaded = target
@@ -175,16 +231,22 @@ def failure_reason() -> str | None:
     return _state.failure
 
 
+def failure_expected() -> bool:
+    """The step is unavailable by how this machine or package is (turned off, nothing to build with), not by a fault:
+    what a test may skip for; a failing compile, load or contract is a failure."""
+    return _state.failure is not None and _state.expected
+
+
 def _linear_spec(module: nn.Module) -> tuple | None:
     """(kind, a, b, bias, group, bfloat16 input) for the kernels the C++ step calls, or None for others."""
     if isinstance(module, Int8Linear):
-        return _INT8, module.q, module.scale, module.bias, 0, True
+        return INT8, module.q, module.scale, module.bias, 0, True
     if isinstance(module, Int4Linear):
-        return _INT4, module.packed, module.scales_and_zeros, module.bias, INT4_GROUP, True
+        return INT4, module.packed, module.scales_and_zeros, module.bias, INT4_GROUP, True
     if isinstance(module, formats_.FormattedLinear):
-        return _PACKED, module.packed, None, module.bias, 0, module.dtype == torch.bfloat16
+        return PACKED, module.packed, None, module.bias, 0, module.dtype == torch.bfloat16
     if isinstance(module, kernels.PackedLinear):
-        return _PACKED, module.packed, None, module.bias, 0, False
+        return PACKED, module.packed, None, module.bias, 0, False
     return None
 
 
@@ -202,7 +264,7 @@ class CompiledStep:
                 if spec is None:
                     raise CompileUnavailable(f"{type(module).__name__} linears have no compiled kernel")
                 kind, a, b, bias, group, bf16 = spec
-                self.model.set_linear(slot, kind, a, b, None if bias is None else bias.float(), group, bf16)
+                self.model.add_linear(slot, kind, a, b, None if bias is None else bias.float(), group, bf16)
 
     def forward(self, hidden, cos, sin, storage, chunks, pages) -> torch.Tensor:
         return self.model.forward(hidden, cos, sin, storage, chunks, pages)
@@ -219,6 +281,11 @@ def build_steps(fast, linear_sets: dict) -> tuple[dict[str, CompiledStep], str |
     for fmt, linears in linear_sets.items():
         try:
             steps[fmt] = CompiledStep(fast, linears)
-        except CompileUnavailable as exc:
-            reasons.append(f"{fmt}: {exc}")
+        except Exception as exc:  # whatever a format's weights make the C++ refuse: that format runs in Python
+            reasons.append(f"{fmt}: {first_line(exc)}")
     return steps, "; ".join(reasons) or None
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return (text.splitlines()[0] if text else type(exc).__name__)[:200]

@@ -221,10 +221,11 @@ class FastForward:
             try:
                 hidden = step.forward(hidden, cos[0], sin[0], ctx.cache.storage, tables.chunks, tables.pages)
                 self.last_compiled = True
-            except RuntimeError as exc:  # never lose the step: the Python layers below redo it (and its KV writes)
-                log.warning("compiled step failed (%s); the Python lean forward runs from now on", exc)
+            except Exception as exc:  # any failure: never lose the step, the Python layers below redo it (and its KV)
+                reason = compiled_step.first_line(exc)
+                log.warning("compiled step failed (%s); the Python lean forward runs from now on", reason)
                 self.compiled = {}
-                self.compiled_note = f"off: failed while running: {str(exc).splitlines()[0][:200]}"
+                self.compiled_note = f"off: failed while running: {reason}"
                 self.kinds = [k for k in self.kinds if not k.startswith("compiled step")]
         if not self.last_compiled:
             hidden = self._layers(ctx, hidden, cos[0].unsqueeze(1), sin[0].unsqueeze(1))  # [N, 1, dim]: over heads

@@ -20,21 +20,51 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <string>
 #include <vector>
 
 using at::Tensor;
 
 namespace {
 
-enum Kind : int64_t { PACKED = 0, INT8 = 1, INT4 = 2 };
+// The contract with engine/model/compiled_step.py, defined here once: Python passes linear kinds by these names and
+// builds the chunk table with these columns, and checks both against contract() when it loads the library.
+enum Kind : int64_t { PACKED, INT8, INT4 };
+constexpr std::array<std::pair<const char*, Kind>, 3> KINDS = {{{"onednn_packed", PACKED}, {"int8", INT8}, {"int4", INT4}}};
+enum ChunkColumn : int64_t { FIRST_ROW, ROWS, START, CHUNK_COLUMNS };
+constexpr std::array<const char*, CHUNK_COLUMNS> CHUNK_COLUMN_NAMES = {"first_row", "rows", "start"};
 constexpr int64_t LOOP_ROWS = 16;  // longer chunks (prompts) attend through SDPA's blocked kernels
 
+// "kinds:onednn_packed,int8,int4;chunk_columns:first_row,rows,start"
+std::string contract() {
+  std::string text = "kinds:";
+  for (size_t i = 0; i < KINDS.size(); ++i) text += (i ? "," : "") + std::string(KINDS[i].first);
+  text += ";chunk_columns:";
+  for (size_t i = 0; i < CHUNK_COLUMN_NAMES.size(); ++i) text += (i ? "," : "") + std::string(CHUNK_COLUMN_NAMES[i]);
+  return text;
+}
+
+Kind kind_named(const std::string& name) {
+  const auto found = std::find_if(KINDS.begin(), KINDS.end(), [&](const auto& known) { return name == known.first; });
+  TORCH_CHECK_VALUE(found != KINDS.end(), "unknown linear kind '", name, "'");
+  return found->second;
+}
+
+// a [rows, width] float32 tensor with rows of `width` contiguous values (the loops index it as such)
+void check_rows(const Tensor& t, const char* name, int64_t rows, int64_t width, at::ScalarType dtype) {
+  TORCH_CHECK_VALUE(t.dim() == 2 && t.size(0) == rows && t.size(1) == width, name, " must be [", rows, ", ", width,
+                    "], not ", t.sizes());
+  TORCH_CHECK_TYPE(t.scalar_type() == dtype, name, " must be ", dtype, ", not ", t.scalar_type());
+  TORCH_CHECK_VALUE(t.device().is_cpu(), name, " must be on the CPU");
+}
+
 struct Linear {
-  int64_t kind = PACKED;
+  Kind kind = PACKED;
   Tensor a;      // the prepacked weight, the int8 weight, or the int4 packed weight
   Tensor b;      // int8 scales, or int4 scales and zeros
   Tensor bias;   // float32, or undefined
   int64_t group = 0;
+  int64_t in_features = 0, out_features = 0;
   at::ScalarType input = at::kFloat;  // what the kernel multiplies: float32 or bfloat16 rows
 };
 
@@ -48,17 +78,65 @@ Tensor onednn_linear(const Tensor& x, const Tensor& packed) {
 
 // out[r, :] as float32, whatever the kernel returned
 Tensor run_linear(const Linear& lin, const Tensor& x) {
+  Tensor rows = x.scalar_type() == lin.input ? x : x.to(lin.input);
   Tensor out;
   if (lin.kind == PACKED) {
-    out = onednn_linear(x, lin.a);
+    out = onednn_linear(rows, lin.a);
   } else if (lin.kind == INT8) {
-    out = at::_weight_int8pack_mm(x, lin.a, lin.b);
+    out = at::_weight_int8pack_mm(rows, lin.a, lin.b);
   } else {
-    out = at::_weight_int4pack_mm_for_cpu(x, lin.a, lin.group, lin.b);
+    out = at::_weight_int4pack_mm_for_cpu(rows, lin.a, lin.group, lin.b);
   }
+  TORCH_CHECK(out.dim() == 2 && out.size(0) == x.size(0) && out.size(1) == lin.out_features,
+              "a linear kernel returned ", out.sizes(), " for ", x.size(0), " rows of ", lin.out_features);
   if (out.scalar_type() != at::kFloat) out = out.to(at::kFloat);
   if (lin.bias.defined()) out.add_(lin.bias);
-  return out;
+  return out.is_contiguous() ? out : out.contiguous();
+}
+
+// One of a layer's four projections (qkv, o_proj, gate_up, down): one linear, or several side by side (each in its own
+// format: a file stores some tensors in other formats) whose outputs are concatenated.
+struct Projection {
+  std::vector<Linear> parts;
+
+  at::ScalarType input() const { return parts.front().input; }
+
+  int64_t out_features() const {
+    int64_t total = 0;
+    for (const auto& part : parts) total += part.out_features;
+    return total;
+  }
+
+  Tensor run(const Tensor& x) const {
+    if (parts.size() == 1) return run_linear(parts.front(), x);
+    std::vector<Tensor> outs;
+    outs.reserve(parts.size());
+    for (const auto& part : parts) outs.push_back(run_linear(part, x));
+    return at::cat(outs, 1);
+  }
+};
+
+// The weight tensors of one linear as its kind's kernel takes them, checked: (in_features, out_features)
+std::pair<int64_t, int64_t> linear_shape(Kind kind, const Tensor& a, const Tensor& b, int64_t group) {
+  TORCH_CHECK_VALUE(a.defined() && a.dim() == 2 && a.device().is_cpu(), "a linear's weight must be a 2-D CPU tensor");
+  const int64_t n = a.size(0);
+  if (kind == PACKED) {
+    TORCH_CHECK_TYPE(a.scalar_type() == at::kFloat || a.scalar_type() == at::kBFloat16,
+                     "a oneDNN-packed weight must be float32 or bfloat16, not ", a.scalar_type());
+    return {a.size(1), n};
+  }
+  TORCH_CHECK_VALUE(b.defined() && b.device().is_cpu(), "a quantized linear needs its scales");
+  if (kind == INT8) {
+    TORCH_CHECK_TYPE(a.scalar_type() == at::kChar, "an int8 weight must be int8, not ", a.scalar_type());
+    TORCH_CHECK_VALUE(b.dim() == 1 && b.size(0) == n, "int8 scales must be [", n, "], not ", b.sizes());
+    TORCH_CHECK_VALUE(a.is_contiguous() && b.is_contiguous(), "int8 weights and scales must be contiguous");
+    return {a.size(1), n};
+  }
+  TORCH_CHECK_TYPE(a.scalar_type() == at::kByte, "an int4 packed weight must be uint8, not ", a.scalar_type());
+  TORCH_CHECK_VALUE(group > 0 && b.dim() == 3 && b.size(1) == n && b.size(2) == 2 && b.size(0) * group == 2 * a.size(1),
+                    "int4 scales and zeros must be [in / group, ", n, ", 2] for group ", group, ", not ", b.sizes());
+  TORCH_CHECK_VALUE(b.is_contiguous(), "int4 scales and zeros must be contiguous");
+  return {2 * a.size(1), n};
 }
 
 // RMSNorm of every row of h [n, dim] into out (float32 or bfloat16), as torch computes it in float32:
@@ -114,38 +192,112 @@ struct DecodeModel : torch::CustomClassHolder {
   double eps, scale;
   std::vector<Tensor> input_norm, post_norm;
   std::vector<int64_t> window;  // sliding window per layer, 0 for none
-  std::vector<std::array<Linear, 4>> linears;  // qkv, o_proj, gate_up, down
+  std::vector<std::array<Projection, 4>> linears;  // qkv, o_proj, gate_up, down
 
   DecodeModel(int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t hidden_size, int64_t intermediate, double eps,
               double scale)
       : heads(heads), kv_heads(kv_heads), head_dim(head_dim), hidden_size(hidden_size), intermediate(intermediate), eps(eps),
-        scale(scale) {}
+        scale(scale) {
+    TORCH_CHECK_VALUE(heads > 0 && kv_heads > 0 && heads % kv_heads == 0 && head_dim > 0 && head_dim % 2 == 0,
+                      "heads must be a multiple of kv_heads, head_dim even");
+    TORCH_CHECK_VALUE(hidden_size > 0 && intermediate > 0, "hidden and intermediate sizes must be positive");
+  }
+
+  // (in_features, out_features) of each slot: qkv, o_proj, gate_up, down
+  std::array<std::pair<int64_t, int64_t>, 4> slot_shapes() const {
+    const int64_t q_size = heads * head_dim, kv_size = kv_heads * head_dim;
+    return {{{hidden_size, q_size + 2 * kv_size}, {q_size, hidden_size}, {hidden_size, 2 * intermediate},
+             {intermediate, hidden_size}}};
+  }
 
   void add_layer(Tensor in_norm, Tensor post, int64_t sliding_window) {
+    for (const Tensor* norm : {&in_norm, &post}) {
+      TORCH_CHECK_VALUE(norm->dim() == 1 && norm->size(0) == hidden_size && norm->device().is_cpu(),
+                        "a norm weight must be [", hidden_size, "] on the CPU, not ", norm->sizes());
+      TORCH_CHECK_TYPE(norm->scalar_type() == at::kFloat, "norm weights must be float32");
+    }
+    TORCH_CHECK_VALUE(sliding_window >= 0, "a sliding window can't be negative");
     input_norm.push_back(in_norm.contiguous());
     post_norm.push_back(post.contiguous());
     window.push_back(sliding_window);
     linears.emplace_back();
   }
 
-  // slot: 0 qkv, 1 o_proj, 2 gate_up, 3 down of the last added layer
-  void set_linear(int64_t slot, int64_t kind, Tensor a, std::optional<Tensor> b, std::optional<Tensor> bias,
+  // Appends a linear to a projection of the last added layer (slot 0 qkv, 1 o_proj, 2 gate_up, 3 down): the slot's
+  // linears compute its output side by side, in the order added. kind: a name of KINDS.
+  void add_linear(int64_t slot, std::string kind, Tensor a, std::optional<Tensor> b, std::optional<Tensor> bias,
                   int64_t group, bool bfloat16_input) {
-    TORCH_CHECK(!linears.empty() && slot >= 0 && slot < 4, "set_linear: add a layer first; slot 0..3");
-    Linear& lin = linears.back()[slot];
-    lin.kind = kind;
+    TORCH_CHECK_VALUE(!linears.empty() && slot >= 0 && slot < 4, "add_linear: add a layer first; slot 0..3");
+    Linear lin;
+    lin.kind = kind_named(kind);
     lin.a = a;
     lin.b = b.has_value() ? *b : Tensor();
-    lin.bias = bias.has_value() ? bias->contiguous() : Tensor();
     lin.group = group;
+    std::tie(lin.in_features, lin.out_features) = linear_shape(lin.kind, lin.a, lin.b, group);
+    const auto expected_in = slot_shapes()[slot].first;
+    TORCH_CHECK_VALUE(lin.in_features == expected_in, "a linear of slot ", slot, " takes ", expected_in,
+                      " features, not ", lin.in_features);
+    if (bias.has_value()) {
+      lin.bias = bias->contiguous();
+      TORCH_CHECK_VALUE(lin.bias.dim() == 1 && lin.bias.size(0) == lin.out_features && lin.bias.device().is_cpu(),
+                        "a bias must be [", lin.out_features, "], not ", lin.bias.sizes());
+      TORCH_CHECK_TYPE(lin.bias.scalar_type() == at::kFloat, "biases must be float32");
+    }
     lin.input = bfloat16_input ? at::kBFloat16 : at::kFloat;
+    linears.back()[slot].parts.push_back(lin);
+  }
+
+  // Every layer has all four projections, each as wide as the model's shape says.
+  void check_layers() const {
+    TORCH_CHECK_VALUE(!linears.empty(), "the compiled step has no layers");
+    const auto shapes = slot_shapes();
+    for (size_t layer = 0; layer < linears.size(); ++layer) {
+      for (size_t slot = 0; slot < 4; ++slot) {
+        const auto& projection = linears[layer][slot];
+        TORCH_CHECK_VALUE(!projection.parts.empty(), "layer ", layer, " has no linear in slot ", slot);
+        TORCH_CHECK_VALUE(projection.out_features() == shapes[slot].second, "layer ", layer, " slot ", slot,
+                          " computes ", projection.out_features(), " features, not ", shapes[slot].second);
+      }
+    }
+  }
+
+  // The chunk table and page tables: every row of the step in exactly one chunk, in order; positions from 0; page
+  // ids within the pool and every chunk's table long enough for its positions. Returns the longest context.
+  int64_t check_chunks(const Tensor& chunks, const Tensor& pages, int64_t n, int64_t num_pages, int64_t page_size) const {
+    TORCH_CHECK_VALUE(chunks.dim() == 2 && chunks.size(1) == CHUNK_COLUMNS, "the chunk table must be [chunks, ",
+                      static_cast<int64_t>(CHUNK_COLUMNS), "], not ", chunks.sizes());
+    TORCH_CHECK_VALUE(pages.dim() == 2 && pages.size(0) == chunks.size(0) && pages.size(1) > 0,
+                      "the page tables must be [", chunks.size(0), ", pages], not ", pages.sizes());
+    TORCH_CHECK_TYPE(chunks.scalar_type() == at::kLong && pages.scalar_type() == at::kLong,
+                     "the chunk and page tables must be int64");
+    TORCH_CHECK_VALUE(chunks.device().is_cpu() && pages.device().is_cpu(), "the tables must be on the CPU");
+    const int64_t* chunk = chunks.data_ptr<int64_t>();
+    const int64_t* table = pages.data_ptr<int64_t>();
+    const int64_t max_pages = pages.size(1);
+    int64_t row = 0, longest = 0;
+    for (int64_t c = 0; c < chunks.size(0); ++c) {
+      const int64_t* meta = chunk + c * CHUNK_COLUMNS;
+      const int64_t first = meta[FIRST_ROW], rows = meta[ROWS], start = meta[START];
+      TORCH_CHECK_VALUE(first == row && rows > 0 && first + rows <= n, "chunk ", c, " covers rows [", first, ", ",
+                        first + rows, "); the chunks must cover the step's ", n, " rows in order");
+      TORCH_CHECK_VALUE(start >= 0, "chunk ", c, " starts at position ", start);
+      TORCH_CHECK_VALUE((start + rows + page_size - 1) / page_size <= max_pages, "chunk ", c,
+                        "'s page table is too short for position ", start + rows - 1);
+      row += rows;
+      longest = std::max(longest, start + rows);
+    }
+    TORCH_CHECK_VALUE(row == n, "the chunks cover ", row, " of the step's ", n, " rows");
+    for (int64_t i = 0; i < pages.numel(); ++i) {
+      TORCH_CHECK_VALUE(table[i] >= 0 && table[i] < num_pages, "page id ", table[i], " outside the pool of ", num_pages);
+    }
+    return longest;
   }
 
   // One long chunk (a prompt) over its pages with SDPA, as the Python layers do: causal over the chunk, and over
   // the cached tokens before it; a sliding window masks what lies beyond it.
   void attend_long(const Tensor& layer_cache, const int64_t* meta, const Tensor& table, const Tensor& q_rot,
                    int64_t sliding, Tensor& attended) {
-    const int64_t first = meta[0], rows = meta[1], start = meta[2], context = start + rows;
+    const int64_t first = meta[FIRST_ROW], rows = meta[ROWS], start = meta[START], context = start + rows;
     const int64_t page_size = layer_cache.size(3);
     const int64_t used = (context + page_size - 1) / page_size;
     Tensor index = table.narrow(0, 0, used);
@@ -169,18 +321,33 @@ struct DecodeModel : torch::CustomClassHolder {
   }
 
   // hidden [n, hidden] float32 (the embeddings), cos/sin [n, head_dim] float32, storage the KV pages
-  // [layers, 2, kv_heads, pages, page_size, head_dim] float32; chunks [c, 3] int64: (first row, rows, first position)
+  // [layers, 2, kv_heads, pages, page_size, head_dim] float32; chunks [c, CHUNK_COLUMNS] int64: (first row, rows, first position)
   // per sequence, rows in order; pages [c, max_pages] int64: each sequence's page table. Every row attends causally
   // to its sequence's earlier tokens and itself. Returns the last layer's hidden states [n, hidden].
   Tensor forward(Tensor hidden, Tensor cos, Tensor sin, Tensor storage, Tensor chunks, Tensor pages) {
-    TORCH_CHECK(hidden.scalar_type() == at::kFloat && storage.scalar_type() == at::kFloat, "float32 only");
+    // every input checked here: a wrong table or shape must fail the call (the Python layers redo the step), never
+    // write into another sequence's pages
+    check_layers();
+    TORCH_CHECK_VALUE(hidden.dim() == 2, "hidden must be [rows, ", hidden_size, "], not ", hidden.sizes());
+    const int64_t n = hidden.size(0);
+    check_rows(hidden, "hidden", n, hidden_size, at::kFloat);
+    check_rows(cos, "cos", n, head_dim, at::kFloat);
+    check_rows(sin, "sin", n, head_dim, at::kFloat);
+    const int64_t layers = static_cast<int64_t>(linears.size());
+    TORCH_CHECK_VALUE(storage.dim() == 6 && storage.size(0) == layers && storage.size(1) == 2 &&
+                          storage.size(2) == kv_heads && storage.size(5) == head_dim,
+                      "the KV storage must be [", layers, ", 2, ", kv_heads, ", pages, page_size, ", head_dim, "], not ",
+                      storage.sizes());
+    TORCH_CHECK_TYPE(storage.scalar_type() == at::kFloat, "the KV storage must be float32, not ", storage.scalar_type());
+    TORCH_CHECK_VALUE(storage.is_contiguous() && storage.device().is_cpu(), "the KV storage must be contiguous on the CPU");
     hidden = hidden.contiguous().clone();
     cos = cos.contiguous();
     sin = sin.contiguous();
     chunks = chunks.contiguous();
     pages = pages.contiguous();
-    const int64_t n = hidden.size(0), num_chunks = chunks.size(0), max_pages = pages.size(1);
     const int64_t page_size = storage.size(4), num_pages = storage.size(3);
+    const int64_t longest = check_chunks(chunks, pages, n, num_pages, page_size);
+    const int64_t num_chunks = chunks.size(0), max_pages = pages.size(1);
     const int64_t q_size = heads * head_dim, kv_size = kv_heads * head_dim, group = heads / kv_heads;
     const int64_t* chunk = chunks.data_ptr<int64_t>();
     const int64_t* table = pages.data_ptr<int64_t>();
@@ -189,18 +356,13 @@ struct DecodeModel : torch::CustomClassHolder {
     const int64_t layer_stride = storage.stride(0), kv_stride = storage.stride(1), head_stride = storage.stride(2);
     const int64_t page_stride = storage.stride(3);
     std::vector<int64_t> row_chunk(n), row_pos(n);
-    int64_t longest = 0;
     for (int64_t c = 0; c < num_chunks; ++c) {
-      const int64_t first = chunk[c * 3], rows = chunk[c * 3 + 1], start = chunk[c * 3 + 2];
-      TORCH_CHECK(first >= 0 && first + rows <= n, "chunk rows out of range");
-      TORCH_CHECK((start + rows + page_size - 1) / page_size <= max_pages, "page table too short");
-      for (int64_t i = 0; i < rows; ++i) {
-        row_chunk[first + i] = c;
-        row_pos[first + i] = start + i;
+      const int64_t* meta = chunk + c * CHUNK_COLUMNS;
+      for (int64_t i = 0; i < meta[ROWS]; ++i) {
+        row_chunk[meta[FIRST_ROW] + i] = c;
+        row_pos[meta[FIRST_ROW] + i] = meta[START] + i;
       }
-      longest = std::max(longest, start + rows);
     }
-    for (int64_t i = 0; i < num_chunks * max_pages; ++i) TORCH_CHECK(table[i] >= 0 && table[i] < num_pages, "page id");
     const float* cs = cos.data_ptr<float>();
     const float* sn = sin.data_ptr<float>();
     Tensor q_rot = at::empty({n, q_size}, hidden.options());
@@ -214,9 +376,9 @@ struct DecodeModel : torch::CustomClassHolder {
         return layer_cache + which * kv_stride + head * head_stride + page * page_stride + (pos % page_size) * head_dim;
       };
 
-      Tensor x = at::empty({n, hidden_size}, hidden.options().dtype(lin[0].input));
+      Tensor x = at::empty({n, hidden_size}, hidden.options().dtype(lin[0].input()));
       rms_norm(h, input_norm[layer].data_ptr<float>(), n, hidden_size, eps, x);
-      Tensor qkv = run_linear(lin[0], x);
+      Tensor qkv = lin[0].run(x);
       const float* qkv_p = qkv.data_ptr<float>();
       const int64_t width = qkv.size(1);
       for (int64_t r = 0; r < n; ++r) {
@@ -230,14 +392,15 @@ struct DecodeModel : torch::CustomClassHolder {
         }
       }
 
-      Tensor attended = at::empty({n, q_size}, hidden.options().dtype(lin[1].input));
+      Tensor attended = at::empty({n, q_size}, hidden.options().dtype(lin[1].input()));
       const Sink attended_out(attended);
       const int64_t sliding = window[layer];
       at::parallel_for(0, num_chunks * kv_heads, 1, [&](int64_t begin, int64_t end) {
         std::vector<float> scores(longest), acc(head_dim);
         for (int64_t job = begin; job < end; ++job) {
           const int64_t c = job / kv_heads, kh = job % kv_heads;
-          const int64_t first = chunk[c * 3], rows = chunk[c * 3 + 1], start = chunk[c * 3 + 2];
+          const int64_t* meta = chunk + c * CHUNK_COLUMNS;
+          const int64_t first = meta[FIRST_ROW], rows = meta[ROWS], start = meta[START];
           if (rows > LOOP_ROWS) continue;
           for (int64_t i = 0; i < rows; ++i) {
             const int64_t pos = start + i;
@@ -274,22 +437,22 @@ struct DecodeModel : torch::CustomClassHolder {
       });
 
       for (int64_t c = 0; c < num_chunks; ++c) {
-        const int64_t rows = chunk[c * 3 + 1];
-        if (rows > LOOP_ROWS) attend_long(storage[layer], chunk + c * 3, pages[c], q_rot, sliding, attended);
+        const int64_t* meta = chunk + c * CHUNK_COLUMNS;
+        if (meta[ROWS] > LOOP_ROWS) attend_long(storage[layer], meta, pages[c], q_rot, sliding, attended);
       }
 
-      Tensor o = run_linear(lin[1], attended);
+      Tensor o = lin[1].run(attended);
       const float* o_p = o.data_ptr<float>();
 #pragma omp simd
       for (int64_t i = 0; i < n * hidden_size; ++i) h[i] += o_p[i];
 
-      Tensor x2 = at::empty({n, hidden_size}, hidden.options().dtype(lin[2].input));
+      Tensor x2 = at::empty({n, hidden_size}, hidden.options().dtype(lin[2].input()));
       rms_norm(h, post_norm[layer].data_ptr<float>(), n, hidden_size, eps, x2);
-      Tensor gate_up = run_linear(lin[2], x2);
+      Tensor gate_up = lin[2].run(x2);
       // as the Python layers compute it (torch's vectorised SiLU), cast for the down projection's kernel
       Tensor act = at::silu(gate_up.narrow(1, 0, intermediate)).mul_(gate_up.narrow(1, intermediate, intermediate));
-      if (lin[3].input != at::kFloat) act = act.to(lin[3].input);
-      Tensor down = run_linear(lin[3], act);
+      if (lin[3].input() != at::kFloat) act = act.to(lin[3].input());
+      Tensor down = lin[3].run(act);
       const float* d_p = down.data_ptr<float>();
 #pragma omp simd
       for (int64_t i = 0; i < n * hidden_size; ++i) h[i] += d_p[i];
@@ -304,6 +467,7 @@ TORCH_LIBRARY(studio, m) {
   m.class_<DecodeModel>("DecodeModel")
       .def(torch::init<int64_t, int64_t, int64_t, int64_t, int64_t, double, double>())
       .def("add_layer", &DecodeModel::add_layer)
-      .def("set_linear", &DecodeModel::set_linear)
+      .def("add_linear", &DecodeModel::add_linear)
       .def("forward", &DecodeModel::forward);
+  m.def("contract() -> str", &contract);
 }
