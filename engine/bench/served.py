@@ -92,6 +92,7 @@ def start_and_run(
     cache_before = cache_files(plan.cache)
     server = system.server()
     server.name = system.name  # its rows and messages go by the system's name
+    server.on_progress = lambda line: progress(f"{system.name}: {line}")
     progress(f"{system.name}: starting")
     try:
         server.__enter__()

@@ -10,12 +10,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.bench.process_watch import GIB, ProcessWatch
 
 READY = re.compile(r"(?:serving .* at |READY )(http://[\w.\[\]:-]+)(?:/v1)?(.*)")
+PROGRESS = re.compile(r"^\[([^\]\n]+)\]$", re.MULTILINE)  # the studio's `[loading ...]` lines
 
 
 class ServerFailed(RuntimeError):
@@ -44,6 +46,7 @@ class ServerProcess:
     started_at: float = 0.0  # time.perf_counter() (the streaming client's clock) just before the process started
     ready_at: float = 0.0
     watch: ProcessWatch | None = None
+    on_progress: Callable[[str], None] | None = None  # told each `[progress]` line the server prints while starting
     _process: subprocess.Popen | None = None
     _log: Path | None = None
 
@@ -58,9 +61,15 @@ class ServerProcess:
             )
         self.watch = ProcessWatch(self._process.pid, self.memory_cap_bytes).__enter__()
         deadline = self.started_at + self.ready_timeout_s
+        told = 0
         try:
             while time.perf_counter() < deadline:
                 text = self._log.read_text(errors="replace")
+                if self.on_progress:
+                    lines = PROGRESS.findall(text)
+                    for line in lines[told:]:
+                        self.on_progress(line)
+                    told = len(lines)
                 match = READY.search(text)
                 if match:
                     self.url, self.details = match.group(1), match.group(2).strip()

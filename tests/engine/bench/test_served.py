@@ -62,8 +62,10 @@ def test_each_server_start_is_measured_and_a_failing_one_gets_a_row(tiny_gguf, t
     ]
     chat16 = build("chat16", tokenizer, scale=0.1)
     plan = ServedPlan(systems, model_bytes=tiny_gguf.stat().st_size, cache=cache_dir())
-    record = run_served(tokenizer, [chat16], plan)
+    seen: list[str] = []
+    record = run_served(tokenizer, [chat16], plan, progress=seen.append)
     ours, truncated_row, capped, silent = record["starts"]
+    assert any(m.startswith("engine-server: loading qwen2-tiny") for m in seen)  # its own progress, passed on
 
     # the studio's server: from its process start to the first streamed token, then its memory and disk
     assert not ours.get("failed"), ours
