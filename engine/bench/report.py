@@ -34,7 +34,8 @@ def table(rows: list[dict]) -> str:
     for row in rows:
         for outcome in ("skipped", "failed"):
             if row.get(outcome):
-                lines.append(f"| {row['system']} | {outcome}: {row[outcome]} |" + " |" * (len(COLUMNS) - 2))
+                why = row[outcome].replace("|", "\\|")
+                lines.append(f"| {row['system']} | {outcome}: {why} |" + " |" * (len(COLUMNS) - 2))
                 break
         else:
             lines.append("| " + " | ".join(_cell(key, fmt, row) for key, _, fmt in COLUMNS) + " |")
@@ -115,7 +116,7 @@ def start_table(rows: list[dict]) -> str:
             for key, _, fmt in START_COLUMNS:
                 value = row.get(key)
                 cells.append("-" if value is None else fmt.format(value) if fmt else _gib(value))
-        lines.append("| " + " | ".join(cells) + " |")
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return "\n".join(lines)
 
 

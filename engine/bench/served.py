@@ -97,8 +97,9 @@ def start_and_run(
     try:
         server.__enter__()
     except ServerFailed as exc:
+        progress(str(exc))
         row.update(failed=str(exc), peak_resident_bytes=exc.peak_rss, failed_after_s=exc.after_s)
-        row["cache_new_bytes"] = cache_growth(cache_before, cache_files(plan.cache))
+        row["cache_new_start_bytes"] = cache_growth(cache_before, cache_files(plan.cache))
         return row, _failed_runs(system.name, workloads, "did not start (see the start table)")
     assert server.watch is not None
     results: dict[str, SystemResult] = {}
@@ -134,6 +135,8 @@ def start_and_run(
         row.update(failed=str(failure or f"{type(exc).__name__}: {exc}"), peak_resident_bytes=server.watch.peak_rss)
         results = {**_failed_runs(system.name, workloads, row["failed"]), **results}
     finally:
+        if row.get("failed"):
+            progress(row["failed"])
         server.__exit__()
     return row, results
 

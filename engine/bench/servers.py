@@ -131,7 +131,8 @@ class ServerProcess:
 
 
 def _tail(text: str, lines: int = 8) -> str:
-    return " | ".join(text.strip().splitlines()[-lines:])
+    """The last lines (a progress bar's carriage-return updates are lines too), joined on one line."""
+    return " / ".join(line.strip() for line in text.strip().splitlines()[-lines:] if line.strip())
 
 
 def llama_cpp_available() -> str | None:
