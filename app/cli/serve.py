@@ -11,7 +11,7 @@ from app.cli.options import add_engine_options, add_model_options, engine_option
 from engine.core.engine_thread import EngineThread
 from engine.credentials import SERVICE, read_secret
 from engine.errors import ServeError
-from engine.launch import start_engine
+from engine.launch import EngineOptions, start_engine
 from engine.serve.app import create_app
 from engine.serve.http_server import HttpServer, bind_socket, is_loopback
 from engine.serve.limits import MIB, ServeLimits, allowed_hosts_for
@@ -55,6 +55,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=defaults.max_body_bytes / MIB,
         help=f"largest request body in MiB; larger get 413 (default {defaults.max_body_bytes / MIB:g})",
     )
+    server.add_argument(
+        "--open-schema-objects",
+        action="store_true",
+        help="let JSON schemas' objects (response_format, structured_outputs, tool arguments) take properties they "
+        "do not declare; by default an object without 'additionalProperties' in its schema takes only its own, "
+        "as vLLM decodes them",
+    )
     add_engine_options(parser)
     parser.set_defaults(handler=run)
 
@@ -78,6 +85,13 @@ def limits_from(args: argparse.Namespace) -> ServeLimits:
     )
 
 
+def serve_options_from(args: argparse.Namespace) -> EngineOptions:
+    """The engine options of `generate` plus the server's own engine setting (open schema objects)."""
+    options = engine_options_from(args)
+    config = dataclasses.replace(options.config, open_schema_objects=args.open_schema_objects)
+    return dataclasses.replace(options, config=config)
+
+
 def run(args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65535:
         raise ServeError(f"--port must be between 0 and 65535, not {args.port}")
@@ -85,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
     allowed_hosts = allowed_hosts_for(args.host, args.allowed_host)
     # everything that can fail quickly fails before the model loads
     api_key = api_key_from_keyring(args.api_key_from_keyring) if args.api_key_from_keyring else None
-    options = engine_options_from(args)
+    options = serve_options_from(args)
     options.check()
     if args.served_model_name is not None and not args.served_model_name.strip():
         raise ServeError("--served-model-name must not be empty")

@@ -46,6 +46,9 @@ class EngineConfig:
     #: every layer of the lean forward's steps in one C++ call, compiled on the first start where a C++ compiler is
     #: found (engine/model/compiled_step.py); the Python layers otherwise
     compiled_step: bool = True
+    #: JSON schemas' objects (response formats, tool arguments) take only the properties they declare unless the
+    #: schema says additionalProperties, as vLLM decodes them; True lets the model add others (core/schemas.py)
+    open_schema_objects: bool = False
     #: steps kept in the metrics ring buffer
     metrics_capacity: int = 8192
 

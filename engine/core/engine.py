@@ -101,7 +101,7 @@ class Engine:
         self.context_length = getattr(text_config, "max_position_embeddings", None) or num_pages * ps
         eos_ids = eos_token_ids(self.tokenizer, self.model)
         self.sampler = Sampler(eos_ids=eos_ids)
-        self.grammars = Grammars(self.tokenizer, self.vocab_size, eos_ids)
+        self.grammars = Grammars(self.tokenizer, self.vocab_size, eos_ids, close_objects=not config.open_schema_objects)
         self._build_bookkeeping(num_pages, eos_ids)
         self.step_count = 0
         self._last_page_map = 0.0
@@ -262,7 +262,7 @@ class Engine:
             tokens = self.sampler.sample(result.logits, sampled, drafts, result.grammar_applied) if sampled else []
             logprobs = None
             if any(r.params.logprobs is not None for r in sampled):
-                logprobs = token_logprobs(result.logits, sampled, tokens, self._token_text)
+                logprobs = token_logprobs(result.logits, sampled, tokens, self._token_text, drafts)
             accepted = {id(c): len(t) - 1 for c, t in zip(chunks, tokens, strict=True) if c.draft}
             for chunk in scheduled.chunks:
                 self.scheduler.commit(chunk, accepted.get(id(chunk), 0))

@@ -12,6 +12,7 @@ import llguidance as llg
 import numpy as np
 import torch
 
+from engine.core.schemas import decoding_schema, lark_with_schemas
 from engine.errors import InvalidRequestError
 from engine.types import StructuredOutput
 
@@ -21,38 +22,21 @@ log = logging.getLogger(__name__)
 # spend a reply on whitespace)
 JSON_DEFAULTS = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 CACHE_SIZE = 256  # compiled grammars kept, by their spec
-# An integer without bounds lets a small model write digits until max_tokens (seen on the embedded model at
-# temperature 0.7: `[20181227201865, 2018122720310122...`). Unbounded integers get JSON's interoperable range
-# (RFC 8259 section 6; JavaScript's safe integers, what a browser or Node client reads exactly): at most 16 digits.
-# (llguidance cannot build int64's full range as a regex.)
-SAFE_INTEGERS = (-(2**53) + 1, 2**53 - 1)
-_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
 
 
-def bounded_integers(schema: object) -> object:
-    """The schema with JSON's safe-integer bounds on every integer that has none (others untouched)."""
-    if isinstance(schema, list):
-        return [bounded_integers(item) for item in schema]
-    if not isinstance(schema, dict):
-        return schema
-    out = {key: bounded_integers(value) for key, value in schema.items()}
-    kind = schema.get("type")
-    if (kind == "integer" or (isinstance(kind, list) and "integer" in kind)) and not any(b in schema for b in _BOUNDS):
-        out["minimum"], out["maximum"] = SAFE_INTEGERS
-    return out
-
-
-def _grammar(structured: StructuredOutput) -> str:
+def _grammar(structured: StructuredOutput, close_objects: bool) -> str:
     kind, spec = structured.kind, structured.spec
-    if kind == "json_object":
+    if kind == "json_object":  # any object: open by definition
         return llg.LLMatcher.grammar_from_json_schema('{"type": "object"}', defaults=JSON_DEFAULTS)
     if kind == "json_schema":
-        return llg.LLMatcher.grammar_from_json_schema(bounded_integers(json.loads(spec)), defaults=JSON_DEFAULTS)
+        schema = decoding_schema(json.loads(spec), close_objects)
+        return llg.LLMatcher.grammar_from_json_schema(schema, defaults=JSON_DEFAULTS)
     if kind == "regex":
         return llg.LLMatcher.grammar_from_regex(spec)
     if kind == "choice":
         return llg.grammar_from("choice", spec)
-    return llg.grammar_from("grammar", spec)  # Lark, or GBNF (converted)
+    # Lark (its inline `%json` schemas decoded as above: forced tool calls are one), or GBNF (converted)
+    return llg.grammar_from("grammar", lark_with_schemas(spec, lambda schema: decoding_schema(schema, close_objects)))
 
 
 class Matcher:
@@ -86,8 +70,10 @@ class Matcher:
 class Grammars:
     """Compiles grammars against a model's tokenizer, caching a prototype matcher per spec (a copy is cheap)."""
 
-    def __init__(self, tokenizer, vocab_size: int, eos_ids: set[int]) -> None:
+    def __init__(self, tokenizer, vocab_size: int, eos_ids: set[int], close_objects: bool = True) -> None:
+        """close_objects: JSON schemas' objects are closed unless they say additionalProperties (core/schemas.py)."""
         self._hf_tokenizer = tokenizer
+        self._close_objects = close_objects
         self._vocab_size = vocab_size
         self._eos = sorted(eos_ids)[:1] or [0]
         self._prototype = functools.lru_cache(maxsize=CACHE_SIZE)(self._compile)
@@ -103,7 +89,7 @@ class Grammars:
 
     def _compile(self, structured: StructuredOutput) -> llg.LLMatcher:
         try:
-            grammar = _grammar(structured)
+            grammar = _grammar(structured, self._close_objects)
         except (ValueError, RuntimeError, json.JSONDecodeError) as exc:
             raise InvalidRequestError(f"invalid {structured.kind}: {exc}", param="structured") from None
         problem = llg.LLMatcher.validate_grammar(grammar, self._tokenizer)

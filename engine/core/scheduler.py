@@ -164,10 +164,10 @@ class Scheduler:
         """Draft tokens to verify with this request's decode, within the step's budget and its max tokens."""
         assert self.drafter is not None
         params = request.params
-        if params.repetition_penalty != 1.0 or params.structured is not None or params.logprobs is not None:
-            # a penalty depends on every token before it, a grammar's mask on its place, and logprobs are reported
-            # for one token a step: drafts stay off for these (verified rows would need them position by position)
-            return []  # a penalty depends on every token before it: verified rows would need the drafts applied
+        if params.repetition_penalty != 1.0 or params.structured is not None:
+            # a penalty depends on every token before it, a grammar's mask on its place: drafts stay off for these
+            # (verified rows would need them applied position by position)
+            return []
         left = params.max_tokens - len(request.output_ids) - 1  # the verified step adds one token beyond the drafts
         draft = self.drafter.propose(request.request_id, request.all_ids)
         return draft[: max(0, min(left, room))]
@@ -224,4 +224,8 @@ class Scheduler:
             self.drafter.learn(request.request_id, len(chunk.draft), accepted)
         full_pages = request.num_computed // self.page_size
         if self.pool.enable_caching and full_pages > self.pool.num_published(request.request_id):
-            self.pool.publish(request.request_id, request.all_ids, request.page_table, request.num_computed)
+            # the accepted draft tokens are the request's next tokens, but they join output_ids only when the step's
+            # tokens are processed: hash the pages they filled with them (a page hashed over fewer tokens would be
+            # found by no one, and every later page of the request chains from its hash)
+            tokens = request.all_ids + list(chunk.draft[:accepted]) if accepted else request.all_ids
+            self.pool.publish(request.request_id, tokens, request.page_table, request.num_computed)

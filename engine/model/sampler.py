@@ -98,25 +98,35 @@ def apply_constraints(
 
 
 def token_logprobs(
-    logits: torch.Tensor, requests: Sequence[Request], tokens: Sequence[Sequence[int]], text: Callable[[int], str]
+    logits: torch.Tensor,
+    requests: Sequence[Request],
+    tokens: Sequence[Sequence[int]],
+    text: Callable[[int], str],
+    drafts: Sequence[Sequence[int]] | None = None,
 ) -> list[list[TokenLogprob] | None]:
     """Raw log probabilities (the model's own, before sampling settings, bias and grammar, as vLLM's default) of
-    each request's new token, with its top alternatives; None for requests that did not ask. One row per request
-    (requests that ask for logprobs get no drafts). text(token id) names a token."""
+    each request's new tokens, with their top alternatives; None for requests that did not ask. The logits hold
+    1 + len(draft) rows per request, as the sampler reads them: a request's j-th new token comes from its j-th row
+    (the row after its last known token, then one after each draft token). text(token id) names a token."""
+    drafts = drafts or [()] * len(requests)
     out: list[list[TokenLogprob] | None] = []
-    for row, (request, new) in enumerate(zip(requests, tokens, strict=True)):
+    first_row = 0
+    for request, new, draft in zip(requests, tokens, drafts, strict=True):
+        rows, first_row = range(first_row, first_row + len(new)), first_row + len(draft) + 1
         count = request.params.logprobs
         if count is None:
             out.append(None)
             continue
-        logprobs = torch.log_softmax(logits[row].float(), dim=-1)
-        top: tuple[Alternative, ...] = ()
-        if count:
-            best = torch.topk(logprobs, count)
-            pairs = zip(best.indices.tolist(), best.values.tolist(), strict=True)
-            top = tuple(Alternative(text(i), v, i) for i, v in pairs)
-        chosen = new[0]
-        out.append([TokenLogprob(text(chosen), float(logprobs[chosen]), top, chosen)])
+        items: list[TokenLogprob] = []
+        for row, chosen in zip(rows, new, strict=True):
+            logprobs = torch.log_softmax(logits[row].float(), dim=-1)
+            top: tuple[Alternative, ...] = ()
+            if count:
+                best = torch.topk(logprobs, count)
+                pairs = zip(best.indices.tolist(), best.values.tolist(), strict=True)
+                top = tuple(Alternative(text(i), v, i) for i, v in pairs)
+            items.append(TokenLogprob(text(chosen), float(logprobs[chosen]), top, chosen))
+        out.append(items)
     return out
 
 

@@ -306,4 +306,28 @@ def test_accepted_drafts_publish_only_their_own_pages(make_engine) -> None:
     fresh = make_engine(page_size=4, prefix_caching=False, speculative=False)
     alone = fresh.add_request(follow, SamplingParams(max_tokens=8, min_tokens=8))
     run_to_completion(fresh)
-    assert again.cached_prompt_tokens > len(looped) and again.output_ids == alone.output_ids
+    assert again.output_ids == alone.output_ids
+    # every full page of the follow-up's prompt but the one holding its last token is found: 12 pages of 4
+    assert first.output_ids and engine.metrics.snapshot().totals.accepted_tokens > 0
+    assert again.cached_prompt_tokens == (len(follow) - 1) // 4 * 4 == 48
+
+
+@pytest.mark.parametrize("page_size", [4, 5, 16])
+def test_a_follow_up_after_a_speculated_reply_finds_what_it_finds_without_speculation(make_engine, page_size) -> None:
+    """Pages filled by accepted draft tokens are published under their own tokens' hashes (they were hashed before
+    those tokens were appended, so every later page of the reply chained from a wrong hash)."""
+    looped = [7, 8, 9, 10, 11] * 6
+    hits, accepted = {}, {}
+    for speculative in (False, True):
+        engine = make_engine(page_size=page_size, kv_pages=256, speculative=speculative)
+        first = engine.add_request(looped, SamplingParams(max_tokens=40, min_tokens=40))
+        run_to_completion(engine)
+        follow = looped + first.output_ids + [12, 13]  # the next turn: the whole reply, then the user's words
+        again = engine.add_request(follow, SamplingParams(max_tokens=2))
+        run_to_completion(engine)
+        hits[speculative] = again.cached_prompt_tokens
+        accepted[speculative] = engine.metrics.snapshot().totals.accepted_tokens
+        assert_all_pages_returned(engine)
+    assert accepted[True] > 0 and accepted[False] == 0
+    # every page the first request filled: all its tokens but the last one made (never run through the model)
+    assert hits[True] == hits[False] == (len(looped) + 40 - 1) // page_size * page_size

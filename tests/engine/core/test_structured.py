@@ -83,6 +83,52 @@ def test_raw_logprobs_are_the_models_and_sorted(make_engine, tiny_loaded) -> Non
     assert abs(per_token[0].logprob - float(expected)) < 1e-3
 
 
+LOOPED = [7, 8, 9, 10, 11] * 6  # a prompt that repeats itself: prompt-lookup drafts are found and accepted
+
+
+def _logprob_rows(events) -> list[tuple[int, float, list[int]]]:
+    return [(lp.token_id, lp.logprob, [a.token_id for a in lp.top]) for e in events for lp in (e.logprobs or [])]
+
+
+def _assert_same_logprobs(got, want) -> None:
+    assert [(token, top) for token, _, top in got] == [(token, top) for token, _, top in want]
+    assert all(abs(a - b) < 1e-4 for (_, a, _), (_, b, _) in zip(got, want, strict=True))
+
+
+def test_logprobs_beside_a_speculating_request_are_the_requests_own(make_engine) -> None:
+    """A step holding a verified draft has 1 + len(draft) logit rows for that request: a logprobs request sampled
+    after it in the same step reads its own row, not one of the draft's."""
+    ask = SamplingParams(max_tokens=6, min_tokens=6, logprobs=3)
+    alone = make_engine(speculative=False)
+    request = alone.add_request([5, 6, 7], ask)
+    want = _logprob_rows(run_to_completion(alone)[request.request_id])
+    engine = make_engine()
+    drafting = engine.add_request(LOOPED, SamplingParams(max_tokens=30, min_tokens=30))
+    drafter = engine.scheduler.drafter
+    propose = drafter.propose
+    # a draft in every step of the other request (three of its own tokens: most are rejected, which does not matter)
+    drafter.propose = lambda rid, tokens: tokens[-3:] if rid == drafting.request_id else propose(rid, tokens)
+    engine.step()  # its prompt; from the next step on it decodes with drafts
+    asking = engine.add_request([5, 6, 7], ask)
+    got = _logprob_rows(run_to_completion(engine)[asking.request_id])
+    admitted = next(s for s in engine.metrics.snapshot().steps if asking.request_id in s.admitted)
+    assert admitted.draft_tokens > 0  # the first logprob was read in a step that verified a draft
+    assert len(got) == 6
+    _assert_same_logprobs(got, want)
+
+
+def test_a_logprobs_request_speculates_and_reports_every_token_it_accepts(make_engine) -> None:
+    ask = SamplingParams(max_tokens=20, min_tokens=20, logprobs=2)
+    runs = {}
+    for speculative in (False, True):
+        engine = make_engine(speculative=speculative)
+        request = engine.add_request(LOOPED, ask)
+        runs[speculative] = _logprob_rows(run_to_completion(engine)[request.request_id]), request.output_ids
+        assert (engine.metrics.snapshot().totals.accepted_tokens > 0) is speculative
+    assert runs[True][1] == runs[False][1] and [t for t, _, _ in runs[True][0]] == runs[True][1]
+    _assert_same_logprobs(runs[True][0], runs[False][0])
+
+
 def test_logit_bias_moves_the_choice(make_engine) -> None:
     engine = make_engine()
     plain = engine.add_request([5, 6, 7], SamplingParams(max_tokens=1))
@@ -92,25 +138,6 @@ def test_logit_bias_moves_the_choice(make_engine) -> None:
     banned = engine.add_request([5, 6, 7], SamplingParams(max_tokens=1, logit_bias=((plain.output_ids[0], -100.0),)))
     run_to_completion(engine)
     assert biased.output_ids == [favourite] and banned.output_ids != plain.output_ids
-
-
-def test_unbounded_integers_get_the_safe_integer_range_and_bounded_ones_keep_theirs() -> None:
-    from engine.core.grammar import SAFE_INTEGERS, bounded_integers
-
-    properties = {
-        "free": {"type": "integer"},
-        "nullable": {"type": ["integer", "null"]},
-        "small": {"type": "integer", "minimum": 0},
-        "items": {"type": "array", "items": {"type": "integer"}},
-        "text": {"type": "string"},
-    }
-    schema = {"type": "object", "properties": properties}
-    bounded = bounded_integers(schema)["properties"]
-    low, high = SAFE_INTEGERS
-    assert (bounded["free"]["minimum"], bounded["free"]["maximum"]) == (low, high) == (-(2**53) + 1, 2**53 - 1)
-    assert bounded["nullable"]["maximum"] == high and bounded["items"]["items"]["minimum"] == low
-    assert bounded["small"] == {"type": "integer", "minimum": 0} and bounded["text"] == {"type": "string"}
-    assert schema["properties"]["free"] == {"type": "integer"}  # the caller's schema is not changed
 
 
 def test_free_requests_are_unchanged_token_for_token_beside_constrained_biased_and_logprob_ones(make_engine) -> None:
