@@ -131,8 +131,15 @@ class ServerProcess:
 
 
 def _tail(text: str, lines: int = 8) -> str:
-    """The last lines (a progress bar's carriage-return updates are lines too), joined on one line."""
-    return " / ".join(line.strip() for line in text.strip().splitlines()[-lines:] if line.strip())
+    """The last lines, joined on one line; of a progress bar's updates (carriage returns split them into lines of
+    the same beginning) only the last."""
+    kept: list[str] = []
+    for line in (raw.strip() for raw in text.strip().splitlines()):
+        if kept and line[:16] == kept[-1][:16]:
+            kept[-1] = line
+        elif line:
+            kept.append(line)
+    return " / ".join(kept[-lines:])
 
 
 def llama_cpp_available() -> str | None:

@@ -145,3 +145,10 @@ def test_only_servers_means_nothing_loads_in_the_bench_itself() -> None:
     assert not is_served(("server", "thread"), None) and not is_served(("server",), ["static"])
     assert memory_cap_bytes(0) is None and memory_cap_bytes(16) == 16 * GIB
     assert memory_cap_bytes(None) > 0  # by default, 90 % of this machine's memory
+
+
+def test_a_failure_quotes_a_progress_bar_once() -> None:
+    from engine.bench.servers import _tail
+
+    log = "[loading x]\nConverting tensors...:  24%|##| 81/339\rConverting tensors...:  25%|##| 84/339\n"
+    assert _tail(log, 3) == "[loading x] / Converting tensors...:  25%|##| 84/339"
