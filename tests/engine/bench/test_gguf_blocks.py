@@ -40,6 +40,18 @@ def test_q4_k_blocks_read_back_as_scale_times_code_minus_min(rng) -> None:
     np.testing.assert_allclose(got, expected.reshape(n, 256), rtol=1e-6, atol=1e-9)
 
 
+def test_q5_k_blocks_read_back_with_their_fifth_bits(rng) -> None:
+    n = 64
+    d, dmin = rng.uniform(1e-4, 1e-2, n), rng.uniform(1e-4, 1e-2, n)
+    scales, mins = rng.integers(0, 64, (n, 8)), rng.integers(0, 64, (n, 8))
+    codes = rng.integers(0, 32, (n, 256))
+    expected = (f16(d)[:, None, None] * scales[:, :, None] * codes.reshape(n, 8, 32)) - (
+        f16(dmin)[:, None, None] * mins[:, :, None]
+    )
+    got = read_back(blocks.pack_q5_k(d, dmin, scales, mins, codes), Q.Q5_K)
+    np.testing.assert_allclose(got, expected.reshape(n, 256), rtol=1e-6, atol=1e-9)
+
+
 def test_q6_k_blocks_read_back_as_scale_times_centred_code(rng) -> None:
     n = 64
     d = rng.uniform(1e-5, 1e-3, n)
@@ -51,7 +63,8 @@ def test_q6_k_blocks_read_back_as_scale_times_centred_code(rng) -> None:
 
 
 @pytest.mark.parametrize(
-    ("qtype", "low", "high", "centre"), [(Q.Q4_1, 0, 16, None), (Q.Q5_0, 0, 32, 16), (Q.Q8_0, -127, 128, 0)]
+    ("qtype", "low", "high", "centre"),
+    [(Q.Q4_0, 0, 16, 8), (Q.Q4_1, 0, 16, None), (Q.Q5_0, 0, 32, 16), (Q.Q8_0, -127, 128, 0)],
 )
 def test_the_32_value_blocks_read_back(rng, qtype, low, high, centre) -> None:
     n = 64
@@ -59,6 +72,8 @@ def test_the_32_value_blocks_read_back(rng, qtype, low, high, centre) -> None:
     codes = rng.integers(low, high, (n, 32))
     if qtype is Q.Q4_1:
         packed, expected = blocks.pack_q4_1(d, m, codes), f16(d)[:, None] * codes + f16(m)[:, None]
+    elif qtype is Q.Q4_0:
+        packed, expected = blocks.pack_q4_0(d, codes), f16(d)[:, None] * (codes - centre)
     elif qtype is Q.Q5_0:
         packed, expected = blocks.pack_q5_0(d, codes), f16(d)[:, None] * (codes - centre)
     else:
