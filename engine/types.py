@@ -35,6 +35,7 @@ class FinishReason(StrEnum):
 
 STRUCTURED_KINDS = ("json_object", "json_schema", "regex", "choice", "grammar")
 MAX_TOP_LOGPROBS = 20  # as OpenAI's API allows
+PENALTY_LIMIT = 2.0  # presence and frequency penalties lie in [-2, 2], as OpenAI's API allows
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,10 @@ class SamplingParams:
     top_k: int = 0  # 0 = off
     min_p: float = 0.0
     repetition_penalty: float = 1.0
+    #: OpenAI's penalties over the reply's own tokens: a token's logit drops by presence_penalty once it has appeared,
+    #: and by frequency_penalty times the times it appeared (negative values favour repeats); -2 to 2
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
     seed: int | None = None
     stop: tuple[str, ...] = ()
     stop_token_ids: tuple[int, ...] = ()
@@ -72,6 +77,11 @@ class SamplingParams:
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
+
+    @property
+    def penalized(self) -> bool:
+        """A penalty changes logits by the tokens before: the repetition penalty, or OpenAI's presence/frequency."""
+        return self.repetition_penalty != 1.0 or self.presence_penalty != 0.0 or self.frequency_penalty != 0.0
 
     def validate(self) -> None:
         def bad(message: str) -> None:
@@ -89,6 +99,10 @@ class SamplingParams:
             bad(f"min-p must be in [0, 1), not {self.min_p}")
         if not math.isfinite(self.repetition_penalty) or self.repetition_penalty <= 0:
             bad(f"repetition penalty must be positive, not {self.repetition_penalty}")
+        for name in ("presence_penalty", "frequency_penalty"):
+            value = getattr(self, name)
+            if not math.isfinite(value) or not -PENALTY_LIMIT <= value <= PENALTY_LIMIT:
+                bad(f"{name.replace('_', ' ')} must be between -{PENALTY_LIMIT:g} and {PENALTY_LIMIT:g}, not {value}")
         if self.seed is not None and not (isinstance(self.seed, int) and SEED_MIN <= self.seed <= SEED_MAX):
             bad(f"the seed must be an integer from {SEED_MIN} to {SEED_MAX}, not {self.seed}")
         if any(not s for s in self.stop):
@@ -171,9 +185,8 @@ def validate_messages(messages: Sequence[dict]) -> list[dict]:
         content = message.get("content")
         if not isinstance(role, str) or role not in ROLES:
             raise InvalidRequestError(f"message {number} has unknown role {role!r}")
-        if isinstance(content, list):  # OpenAI content parts: keep the text ones
-            texts = [p.get("text") for p in content if isinstance(p, dict) and p.get("type") == "text"]
-            content = "".join(texts) if all(isinstance(t, str) for t in texts) else None
+        if isinstance(content, list):  # OpenAI content parts: text only (the models served here read no images)
+            content = _text_of_parts(content, number)
         calls = message.get("tool_calls") if role == "assistant" else None
         if calls is not None and not (isinstance(calls, list) and all(_is_call(c) for c in calls)):
             raise InvalidRequestError(f"message {number}: 'tool_calls' must be a list of {{type, function}} objects")
@@ -193,3 +206,18 @@ def validate_messages(messages: Sequence[dict]) -> list[dict]:
 def _is_call(call: object) -> bool:
     function = call.get("function") if isinstance(call, dict) else None
     return isinstance(function, dict) and isinstance(function.get("name"), str)
+
+
+def _text_of_parts(parts: list, number: int) -> str | None:
+    """The text of a message's content parts; a part of another kind (an image, audio, a file) is refused by name,
+    as vLLM refuses it for a text-only model, rather than dropped without a word."""
+    texts = []
+    for index, part in enumerate(parts):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind != "text":
+            named = f"of type {kind!r}" if isinstance(kind, str) else "without a type"
+            raise InvalidRequestError(
+                f"message {number}: content part {index} is {named}; this model reads text only (parts of type 'text')"
+            )
+        texts.append(part.get("text"))
+    return "".join(texts) if all(isinstance(t, str) for t in texts) else None

@@ -29,6 +29,7 @@ class NoticeBar(QFrame):
         self.setObjectName("noticeBar")
         self.label = QLabel()
         self.label.setWordWrap(True)
+        self.label.setTextFormat(Qt.TextFormat.PlainText)  # titles and paths in notices are never markup
         self.label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         # as wide as the window gives, never wider: the text wraps (a long message must not widen the window)
         self.label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import replace
 
 from PySide6.QtCore import QObject, QTimer, Signal
@@ -13,7 +14,7 @@ from app.chat.context_fit import fit_conversation, limits_for, overflow_message
 from app.chat.context_tracker import ChatContext
 from app.chat.reply_router import ReplyRouter
 from app.chat.store import ChatStore, StoredChat
-from app.hosting.backends import BackendRegistry, ReplyHandle
+from app.hosting.backends import LOCAL, BackendRegistry, ReplyHandle
 from engine.errors import StudioError
 from engine.types import FinishReason, TokenEvent
 from widgets.chat.data import (
@@ -27,7 +28,7 @@ from widgets.chat.data import (
     stats_dict,
 )
 from widgets.chat.panel import ChatPanel
-from widgets.notice_bar import ERROR
+from widgets.notice_bar import ERROR, INFO
 from widgets.tokens.data import entries_from_logprobs
 
 log = logging.getLogger(__name__)
@@ -37,6 +38,25 @@ STOP_GRACE_MS = 5000
 # A streaming reply is saved this often, marked interrupted until it ends: a studio killed mid-reply keeps what was
 # written up to a few seconds before.
 SAVE_INTERVAL_S = 2.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Hold:
+    """Something that has the local engine to itself for a while (the engine runs it between steps, so replies
+    pause and new ones wait): what it is, in words, and how to stop it."""
+
+    what: str  # "the Capacity experiment"
+    stop_label: str
+    stop: Callable[[], None]
+
+    def waiting_text(self) -> str:
+        return f"waiting for {self.what} (it has the engine to itself)…"
+
+    def notice_text(self) -> str:
+        return (
+            f"This chat waits for {self.what}, which has the engine to itself while it measures; "
+            "its reply goes on as soon as it ends."
+        )
 
 
 class ChatController(QObject):
@@ -56,6 +76,7 @@ class ChatController(QObject):
         self._reply: ReplyHandle | None = None
         self._reply_index: int | None = None  # the assistant message being written (or queued)
         self._saved_at = 0.0  # when the streaming reply was last saved (or started)
+        self._hold: Hold | None = None  # the local engine is busy with something else (an experiment)
         self.panel = ChatPanel()
         self.panel.transcript.set_messages(self.messages)
         self.panel.set_settings(self.settings)
@@ -173,9 +194,38 @@ class ChatController(QObject):
         self._set_busy(True)
         self._submit()
 
+    def hold(self, hold: Hold) -> None:
+        """The engine is busy with something else: a reply that streams or waits says so, with a Stop for it."""
+        self._hold = hold
+        if self._reply_index is not None:
+            self._show_hold()
+
+    def release(self) -> None:
+        hold = self._hold
+        if hold is None:
+            return
+        if self.panel.notice.text == hold.notice_text():
+            self.panel.notice.dismiss()
+        self._hold = None
+        if self._reply_index is not None:
+            if self._reply is not None:
+                self.panel.transcript.set_status(self._reply_index, "writing…")
+            else:
+                self.backend_available()
+
+    def _show_hold(self) -> None:
+        hold = self._hold
+        if hold is None or self._reply_index is None:
+            return
+        self.panel.transcript.set_status(self._reply_index, hold.waiting_text())
+        self.panel.notice.show_message(hold.notice_text(), INFO, (hold.stop_label, hold.stop))
+
     def _submit(self) -> None:
         index = self._reply_index
         assert index is not None
+        if self._hold is not None and self.backend_id == LOCAL:
+            self._show_hold()  # sent when it ends: submitted now, it would sit unseen behind it in the engine
+            return
         backend = self._registry.get(self.backend_id)
         if backend is None:
             self.panel.transcript.set_status(index, "waiting for the model to load…")
@@ -253,12 +303,16 @@ class ChatController(QObject):
         message.finish_reason = reason
         message.stats = stats_dict(stats) if stats is not None and not isinstance(stats, dict) else stats
         message.error = error
+        if self._ran_into_the_context_end(message):
+            message.stats = {**(message.stats or {}), "context_full": True}  # its stats line says so, not "limit"
         if self._reply is not None:
             self._router.untrack(self._reply.request_id)
         self._reply = None
         self._reply_index = None
         self._store.put_message(self.chat_id, index, message)
         self.panel.transcript.set_status(index, "")
+        if self._hold is not None and self.panel.notice.text == self._hold.notice_text():
+            self.panel.notice.dismiss()  # nothing of this chat waits any more
         self.panel.transcript.update_message(index, message)
         self.context.finished(message.stats)
         self._say_if_the_context_ended(message)
@@ -292,11 +346,15 @@ class ChatController(QObject):
 
         return ("Truncate the middle and retry", truncate_and_retry)
 
-    def _say_if_the_context_ended(self, message: ChatMessage) -> None:
+    def _ran_into_the_context_end(self, message: ChatMessage) -> bool:
         stats = message.stats or {}
         length = self.context.usage.context_tokens
         used = (stats.get("prompt_tokens") or 0) + (stats.get("output_tokens") or 0)
-        if message.finish_reason is FinishReason.LENGTH and length and used >= length - 1:
+        return message.finish_reason is FinishReason.LENGTH and bool(length) and used >= length - 1
+
+    def _say_if_the_context_ended(self, message: ChatMessage) -> None:
+        if (message.stats or {}).get("context_full"):
+            length = self.context.usage.context_tokens
             self.panel.show_info(
                 f"The reply stopped at the end of the model's context ({length:,} tokens). To go on, choose "
                 "“truncate the middle” or “rolling window” under When full in the chat settings."

@@ -118,16 +118,19 @@ class ChatStore:
             """
             SELECT c.id, c.title, c.updated, c.tab_position,
                    (SELECT COUNT(*) FROM messages m WHERE m.chat_id = c.id),
-                   (SELECT content FROM messages m WHERE m.chat_id = c.id ORDER BY position LIMIT 1)
+                   COALESCE((SELECT content FROM messages m WHERE m.chat_id = c.id AND ? != '%%'
+                             AND m.content LIKE ? ORDER BY position LIMIT 1),
+                            (SELECT content FROM messages m WHERE m.chat_id = c.id ORDER BY position LIMIT 1))
             FROM chats c
             WHERE ? = '%%' OR c.title LIKE ? OR EXISTS
                   (SELECT 1 FROM messages m WHERE m.chat_id = c.id AND m.content LIKE ?)
             ORDER BY c.updated DESC, c.id DESC
             """,
-            (pattern, pattern, pattern),
+            (pattern, pattern, pattern, pattern, pattern),
         ).fetchall()
+        # searching, the preview is the first message that matches (the dialog shows the words around the match)
         return [
-            ChatSummary(chat_id, title, updated, count, (preview or "")[:120], position is not None)
+            ChatSummary(chat_id, title, updated, count, (preview or "")[:4000], position is not None)
             for chat_id, title, updated, position, count, preview in rows
         ]
 

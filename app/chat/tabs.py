@@ -8,7 +8,7 @@ from collections.abc import Callable
 from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import QTabWidget, QToolButton
 
-from app.chat.controller import ChatController
+from app.chat.controller import ChatController, Hold
 from app.chat.reply_router import ReplyRouter
 from app.chat.store import ChatStore, StoredChat
 from app.hosting.backends import LOCAL, BackendRegistry
@@ -42,6 +42,7 @@ class ChatTabs(QObject):
         self._send_key = "enter"
         self._settings_visible = True
         self._sidebar_width = 0  # 0: the panel's default
+        self._holds: dict[str, Hold] = {}  # what has the local engine to itself now (an experiment, a comparison)
         self.widget = QTabWidget()
         self.widget.setObjectName("chatTabs")
         self.widget.setTabsClosable(True)
@@ -87,12 +88,11 @@ class ChatTabs(QObject):
         return f"Chat {number}"
 
     def unique_title(self, title: str) -> str:
-        """`title`, or one no open tab has: the next free "Chat N" for a numbered one, else "title (imported)"."""
+        """`title`, or "title (imported)" where a tab has it: an imported chat keeps its name (a "Chat 3" that
+        became "Chat 7" could not be found again)."""
         taken = {c.title for c in self.controllers}
         if title not in taken:
             return title
-        if _NUMBERED.match(title):
-            return self.next_title()
         candidate, number = f"{title} (imported)", 2
         while candidate in taken:
             candidate, number = f"{title} (imported {number})", number + 1
@@ -143,6 +143,8 @@ class ChatTabs(QObject):
         controller.panel.sidebar_width_changed.connect(self._on_sidebar_width)
         controller.title_changed.connect(lambda _title, c=controller: self._refresh_tab(c))
         controller.busy_changed.connect(lambda _busy, c=controller: self._on_busy(c))
+        if self._holds:
+            controller.hold(next(iter(self._holds.values())))
         index = self.widget.addTab(controller.panel, chat.title)
         controller.refresh_context()
         if select:
@@ -209,6 +211,30 @@ class ChatTabs(QObject):
                 controller.backend_available()
                 controller.context.forget_pages()  # a new engine (or none): the old pool's pages are gone
                 controller.refresh_context()
+
+    def hold(self, key: str, hold: Hold) -> None:
+        """Something has the local engine to itself until release(key): chats on it say so, and wait for it."""
+        self._holds[key] = hold
+        for controller in self.controllers:
+            if controller.backend_id == LOCAL:
+                controller.hold(hold)
+        self.busy_changed.emit()
+
+    def release(self, key: str) -> None:
+        if self._holds.pop(key, None) is None:
+            return
+        rest = next(iter(self._holds.values()), None)
+        for controller in self.controllers:
+            if rest is not None and controller.backend_id == LOCAL:
+                controller.hold(rest)
+            else:
+                controller.release()
+        self.busy_changed.emit()
+
+    @property
+    def held_by(self) -> str | None:
+        """What has the local engine to itself now, in words, or None."""
+        return next(iter(self._holds.values())).what if self._holds else None
 
     def update_kv_pages(self, page_map) -> None:
         """The local engine's newest page map: each chat on it counts the pages it holds or left cached."""

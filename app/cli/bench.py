@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -22,8 +23,6 @@ from engine.bench.synthetic import SHAPES, synthetic_gguf, synthetic_model
 from engine.bench.workloads import WORKLOADS
 from engine.errors import InvalidRequestError
 from engine.load.loader import load_model
-
-SYNTHETIC_FORMATS = (*MIXES, "folder")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -45,10 +44,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--via",
         default="thread",
         metavar="LIST",
-        help=f"how the engine is driven, comma-separated from {', '.join(VIAS)} (default thread, as the window and "
-        "`generate` run it; server: `inference-studio serve` and a streaming client); the first is the reference. "
-        "`--via server` with no in-process baseline (then llama.cpp's server is the default one) loads nothing in "
-        "the bench itself: every server starts cold and its start is measured (time to first answer, memory, disk)",
+        help=f"how the engine is driven, comma-separated from {', '.join(PATHS)} (default thread, as `generate` runs "
+        "it; server: `inference-studio serve` and a streaming client; window: the studio's main window, offscreen, "
+        "one chat tab per request); the first is the reference of the ratios. `--via server` with no in-process "
+        "baseline (then llama.cpp's server is the default one) loads nothing in the bench itself: every server starts "
+        "cold and its start is measured (time to first answer, memory, disk)",
     )
     parser.add_argument(
         "--synthetic",
@@ -94,6 +94,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(handler=run)
 
 
+PATHS = (*VIAS, "window")
+SYNTHETIC_FORMATS = (*MIXES, "folder")
+
+
+def _window_path():
+    """The window path needs Qt: imported only when asked for, so `bench` runs on machines without Qt's libraries."""
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    from app.bench.window_path import run_window
+
+    return run_window
+
+
 def _parse_baselines(text: str | None) -> list[str] | None:
     if text is None:
         return None
@@ -125,9 +137,9 @@ def run(args: argparse.Namespace) -> int:
     if args.repeat < 1:
         raise InvalidRequestError("--repeat must be at least 1")
     vias = tuple(v.strip() for v in args.via.split(",") if v.strip())
-    unknown = [v for v in vias if v not in VIAS]
+    unknown = [v for v in vias if v not in PATHS]
     if unknown or not vias:
-        raise InvalidRequestError(f"unknown --via {', '.join(unknown) or '(empty)'}; choose from {', '.join(VIAS)}")
+        raise InvalidRequestError(f"unknown --via {', '.join(unknown) or '(empty)'}; choose from {', '.join(PATHS)}")
     if args.threads:
         torch.set_num_threads(args.threads)
 
@@ -162,6 +174,7 @@ def run(args: argparse.Namespace) -> int:
             serve_command=serve_command,
             gguf=gguf or (str(loaded.source.path) if loaded.source.is_gguf else None),
             threads=torch.get_num_threads(),
+            paths={"window": _window_path()} if "window" in vias else {},
         )
         record = run_benchmark(
             loaded, workloads, chosen, config, progress, scale=args.scale, plan=plan, repeat=args.repeat

@@ -33,6 +33,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     sampling.add_argument("--top-k", type=int, default=0)
     sampling.add_argument("--min-p", type=float, default=0.0)
     sampling.add_argument("--repetition-penalty", type=float, default=1.0)
+    sampling.add_argument("--presence-penalty", type=float, default=0.0, help="OpenAI's, over the reply (-2 to 2)")
+    sampling.add_argument("--frequency-penalty", type=float, default=0.0, help="OpenAI's, over the reply (-2 to 2)")
     sampling.add_argument("--seed", type=int, default=None)
     sampling.add_argument("--stop", action="append", default=[], metavar="TEXT", help="stop string (repeatable)")
     sampling.add_argument("--ignore-eos", action="store_true", help="keep generating past end-of-sequence")
@@ -101,6 +103,8 @@ def sampling_params_from(args: argparse.Namespace) -> SamplingParams:
         top_k=args.top_k,
         min_p=args.min_p,
         repetition_penalty=args.repetition_penalty,
+        presence_penalty=args.presence_penalty,
+        frequency_penalty=args.frequency_penalty,
         seed=args.seed,
         stop=tuple(args.stop),
         ignore_eos=args.ignore_eos,

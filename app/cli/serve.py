@@ -13,6 +13,7 @@ from engine.credentials import SERVICE, read_secret
 from engine.errors import ServeError
 from engine.launch import EngineOptions, start_engine
 from engine.serve.app import create_app
+from engine.serve.cross_site import check_origins
 from engine.serve.http_server import HttpServer, bind_socket, is_loopback
 from engine.serve.limits import MIB, ServeLimits, allowed_hosts_for
 
@@ -42,6 +43,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=[],
         help="a Host name to answer to besides localhost, 127.0.0.1 and [::1] (repeatable); others get 403, "
         "which stops DNS rebinding",
+    )
+    server.add_argument(
+        "--allowed-origin",
+        metavar="ORIGIN",
+        action="append",
+        default=[],
+        help="a web page origin (scheme://host[:port]) that may call the API from a browser (CORS; repeatable; "
+        "'*' allows any page, with a warning); none by default",
     )
     server.add_argument(
         "--max-waiting",
@@ -97,6 +106,7 @@ def run(args: argparse.Namespace) -> int:
         raise ServeError(f"--port must be between 0 and 65535, not {args.port}")
     limits = limits_from(args)
     allowed_hosts = allowed_hosts_for(args.host, args.allowed_host)
+    allowed_origins = check_origins(args.allowed_origin)
     # everything that can fail quickly fails before the model loads
     api_key = api_key_from_keyring(args.api_key_from_keyring) if args.api_key_from_keyring else None
     options = serve_options_from(args)
@@ -115,7 +125,14 @@ def run(args: argparse.Namespace) -> int:
         raise
     model_name = args.served_model_name or engine.loaded.info.name
     with EngineThread(engine) as worker:
-        app = create_app(worker, model_name, api_key=api_key, limits=limits, allowed_hosts=allowed_hosts)
+        app = create_app(
+            worker,
+            model_name,
+            api_key=api_key,
+            limits=limits,
+            allowed_hosts=allowed_hosts,
+            allowed_origins=allowed_origins,
+        )
         server = HttpServer(app, args.host, args.port, access_log=args.verbose, sock=sock)
         if not is_loopback(args.host) and api_key is None:
             log.warning("listening on %s without an API key: anyone who can reach it can use the model", args.host)

@@ -9,6 +9,7 @@ from PySide6.QtCore import QObject, Signal
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QDialog, QVBoxLayout
 
+from app.chat.controller import Hold
 from app.compare.diff import Comparison, compare_replies
 from app.compare.runner import CompareRun
 from app.compare.targets import CompareTarget, compare_targets
@@ -61,7 +62,7 @@ class CompareController(QObject):
         formats = list(thread.engine.runtime_record()["layer_formats"]) if thread is not None else []
         found = compare_targets(bridge.info, bridge.choice, self.window.settings.recent_models, remotes, formats)
         self.targets = {t.key: t for t in found}
-        self.view.set_choices([(t.key, t.label) for t in found])
+        self.view.set_choices([(t.key, t.label, t.name) for t in found])
 
     def open(self) -> QDialog:
         self.refresh_targets()
@@ -89,13 +90,16 @@ class CompareController(QObject):
         self.tokenizers = [None] * len(targets)
         self.finals = [None] * len(targets)
         self.comparison = None
-        self.view.begin([t.label for t in targets])
+        self.view.begin([t.name for t in targets], [t.label for t in targets])
         run = CompareRun(targets, messages, params, self.window.bridge.thread, clients, self)
         run.event_arrived.connect(self._on_event)
         run.status_changed.connect(self._on_status)  # a bound method: delivered in this (the GUI) thread
         run.tokenizer_known.connect(self._on_tokenizer)
         self.current = run
         self.view.set_running(True)
+        if any(t.local is not None for t in targets):  # they run in the engine thread, one after another
+            self.window.tabs.hold("compare", Hold("the comparison (Model > Compare)", "Stop the comparison", self.stop))
+            run.finished.connect(lambda: self.window.tabs.release("compare"))
         run.start()
         return True
 

@@ -35,12 +35,20 @@ def compare_replies(replies: list[list[TokenEntry]], tokenizer_keys: list[str | 
     marked = [[False] * len(entries) for entries in shown]
     unit = "tokens" if mode == BY_TOKEN else "words"
     summaries = [""] * len(shown)
+    # an entry is one token, or several that came in one step (accepted drafts): count tokens, as the stats line does
+    sizes = [[max(1, len(e.token_ids)) if mode == BY_TOKEN else 1 for e in entries] for entries in shown]
+
+    def count(flags: list[bool], weights: list[int]) -> tuple[int, int]:
+        return sum(w for f, w in zip(flags, weights, strict=True) if f), sum(weights)
+
     for i in range(1, len(shown)):
         reference_flags, flags = diff_flags(units[0], units[i])
         marked[i] = flags
         marked[0] = [a or b for a, b in zip(marked[0], reference_flags, strict=True)]
-        summaries[i] = f"{sum(flags)} of {len(flags)} {unit} differ from the first column"
+        differ, total = count(flags, sizes[i])
+        summaries[i] = f"{differ} of {total} {unit} differ from the first column"
     why = "" if mode == BY_TOKEN else (" (the tokenizers differ)" if tokens else " (a remote sends text, not tokens)")
     others = "the others" if len(shown) > 2 else "the other"
-    summaries[0] = f"reference: {sum(marked[0])} of {len(marked[0])} {unit} differ in {others}; compared by {mode}{why}"
+    differ, total = count(marked[0], sizes[0])
+    summaries[0] = f"reference: {differ} of {total} {unit} differ in {others}; compared by {mode}{why}"
     return Comparison(mode, shown, marked, summaries)

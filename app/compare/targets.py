@@ -25,6 +25,11 @@ class CompareTarget:
     label: str
     local: LocalTarget | None = None  # run in the engine thread, one after another
     backend_id: str | None = None  # a remote endpoint's model, run at once with the other remotes
+    short: str = ""  # what tells it from the other targets (the loaded model's name left out): pickers and titles
+
+    @property
+    def name(self) -> str:
+        return self.short or self.label
 
 
 def _loaded_label(info, layer_formats: list[str]) -> str:
@@ -47,7 +52,8 @@ def compare_targets(
     targets: list[CompareTarget] = []
     if info is not None and choice is not None:
         label = _loaded_label(info, list(layer_formats))
-        targets.append(CompareTarget(LOADED, label, LocalTarget(label)))
+        short = label.removeprefix(f"{info.name}, ")
+        targets.append(CompareTarget(LOADED, label, LocalTarget(label), short=short))
         for dtype, quant, words in VARIANTS:
             # "auto" may compute in bfloat16 where that is faster: an explicit float32 is then a different target
             plain = choice.quantization == "none" and dtype == choice.dtype
@@ -56,7 +62,8 @@ def compare_targets(
                 continue
             label = f"{info.name}, {words}"
             options = LoadOptions(dtype=dtype, quantization=quant, device=choice.device)
-            targets.append(CompareTarget(f"variant:{dtype}:{quant}", label, LocalTarget(label, choice.spec, options)))
+            local = LocalTarget(label, choice.spec, options)
+            targets.append(CompareTarget(f"variant:{dtype}:{quant}", label, local, short=f"{words} load"))
     for other in recent:
         if choice is not None and other.spec == choice.spec:
             continue  # the loaded model's variants are listed above

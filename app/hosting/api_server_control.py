@@ -59,7 +59,13 @@ class ApiServerControl(QObject):
             return
         try:
             # binding here, in the UI thread, makes a taken port an immediate, clear error
-            server = LocalApiServer(thread, info.name, port=self.settings.port, api_key=self.settings.api_key())
+            server = LocalApiServer(
+                thread,
+                info.name,
+                port=self.settings.port,
+                api_key=self.settings.api_key(),
+                allowed_origins=self.settings.allowed_origins,
+            )
         except StudioError as exc:
             self._on_failed(str(exc))
             return

@@ -152,6 +152,11 @@ class EngineBridge(QObject):
         self._registry.set(LOCAL, None)  # new messages wait for the new model
         self.model_ready.emit()
 
+    def adopt(self, choice: ModelChoice, engine: Engine) -> None:
+        """Put an engine that was started elsewhere in service, as a finished load would (the window's benchmark
+        path runs the model it already loaded)."""
+        self._on_loaded((choice, engine))
+
     def _on_failed(self, message: str) -> None:
         self._loading = None
         if not self._closed:

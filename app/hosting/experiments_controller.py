@@ -45,6 +45,7 @@ class ExperimentController(QObject):
         self._cancel = threading.Event()
         self._future: Future | None = None
         self._restore: tuple = (None, "")
+        self.title = ""  # of the experiment running, or the last one
         self.phase_started.connect(self._show_phase)
         self.progress_changed.connect(self.dashboard.results.show_status)
         self._finished.connect(self._done)
@@ -63,6 +64,7 @@ class ExperimentController(QObject):
             self.experiment_failed.emit("load a model first: experiments run on the loaded model")
             return False
         chosen = experiment(key)
+        self.title = chosen.title
         self._cancel = threading.Event()
         self._restore = (self.dashboard.source, self.dashboard.source_label.text())
         self.dashboard.set_panel_visible("results", True)

@@ -1,4 +1,5 @@
-"""The window's API server preferences (port, whether a key is required) in QSettings; the key in the keyring."""
+"""The window's API server preferences (port, whether a key is required, the web pages allowed to call it) in
+QSettings; the key in the keyring."""
 
 from __future__ import annotations
 
@@ -8,6 +9,13 @@ from engine.credentials import get_secret, read_secret, set_secret
 from engine.errors import KeyringError
 
 DEFAULT_PORT = 8000
+
+
+def origins_in(text: str) -> list[str]:
+    """Origins typed in a field, separated by spaces or commas."""
+    return [part for part in text.replace(",", " ").split() if part]
+
+
 # The same keyring entry `inference-studio serve --api-key-from-keyring local-server-api-key` reads.
 KEY_NAME = "local-server-api-key"
 
@@ -35,6 +43,17 @@ class ServerSettings:
     @require_key.setter
     def require_key(self, value: bool) -> None:
         self.qsettings.setValue("server/require_key", "true" if value else "false")
+
+    @property
+    def allowed_origins(self) -> list[str]:
+        """Web page origins that may call the server from a browser (CORS); none by default."""
+        value = self.qsettings.value("server/allowed_origins", "")
+        text = " ".join(value) if isinstance(value, list) else str(value or "")  # QSettings reads "a, b" as a list
+        return origins_in(text)
+
+    @allowed_origins.setter
+    def allowed_origins(self, origins: list[str]) -> None:
+        self.qsettings.setValue("server/allowed_origins", " ".join(origins))
 
     def api_key(self) -> str | None:
         """The key to require, or None when none is required. When one is required but cannot be read (a locked

@@ -21,6 +21,7 @@ from engine.remote.client import RemoteClient
 from engine.remote.endpoints import Endpoint
 from engine.remote.metrics import RemoteMetricsSnapshot
 from engine.remote.urls import cleartext_warning
+from engine.serve.cross_site import check_origins
 from widgets.dialogs.endpoint import EndpointDialog
 from widgets.dialogs.server import ServerDialog, ServerValues
 from widgets.model.backend_picker import BackendPicker
@@ -217,12 +218,13 @@ class RemoteFeatures(QObject):
     # ---- API server -------------------------------------------------------------------------
     def server_settings_dialog(self) -> None:
         s = self.server_settings
-        dialog = ServerDialog(ServerValues(s.port, s.require_key), ServerKeys(), self.window)
+        current = ServerValues(s.port, s.require_key, tuple(s.allowed_origins))
+        dialog = ServerDialog(current, ServerKeys(), self.window, check_origins=check_origins)
         if dialog.exec() != ServerDialog.DialogCode.Accepted:
             return
         values = dialog.values()
-        changed = (values.port, values.require_key) != (s.port, s.require_key) or dialog.key_changed
-        s.port, s.require_key = values.port, values.require_key
+        changed = values != current or dialog.key_changed
+        s.port, s.require_key, s.allowed_origins = values.port, values.require_key, list(values.allowed_origins)
         self.window.settings.sync()
         if self.server.enabled and changed:  # apply now: the old server lets the port go, a new one takes it
             self.server.restart()

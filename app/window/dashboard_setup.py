@@ -6,6 +6,7 @@ from __future__ import annotations
 from PySide6.QtCore import QSettings, Qt, QTimer
 from PySide6.QtWidgets import QMainWindow, QMenu
 
+from app.chat.controller import Hold
 from app.hosting.experiments_controller import ExperimentController, build_experiments_menu
 from widgets.chat.panel import CHAT_MIN_WIDTH
 from widgets.dashboard.dashboard import WINDOWS, DashboardWidget
@@ -58,8 +59,20 @@ def install_studio_dashboard(window: QMainWindow, settings: QSettings | None = N
     controller.experiment_failed.connect(lambda message: _tell(window, message))
     menu = _experiments_menu(window)
     build_experiments_menu(menu, controller)
+    controller.running_changed.connect(lambda running: _hold_chats(window, controller, running))
     window.experiments = controller
     return dashboard
+
+
+def _hold_chats(window, controller: ExperimentController, running: bool) -> None:
+    """An experiment runs in the engine thread, between steps: the chats on it wait, and say so, with a Stop."""
+    tabs = getattr(window, "tabs", None)
+    if tabs is None:
+        return
+    if running:
+        tabs.hold("experiment", Hold(f"the {controller.title} experiment", "Stop the experiment", controller.cancel))
+    else:
+        tabs.release("experiment")
 
 
 def _follow_remote_chats(dashboard: DashboardWidget, remote, follow_model) -> None:

@@ -38,7 +38,7 @@ class EngineStatus(QObject):
         recorder = self._bridge.metrics()
         thread = self._bridge.thread
         if recorder is None or thread is None:
-            self._bar.set_engine_state(0, 0, 0, 0)
+            self._bar.set_engine_state(0, 0, 0, 0, self._tabs.held_by)
             return
         # only steps since the last look; per-token records are the dashboard's business
         snapshot = recorder.snapshot(since_step=self._step_cursor, since_token=1 << 62)
@@ -56,4 +56,7 @@ class EngineStatus(QObject):
         # the last step was recorded before the last reply ended; with no reply under way nothing runs
         if self._tabs.busy_count(None) and self._last_step is not None:
             running, waiting = self._last_step.running, self._last_step.waiting
-        self._bar.set_engine_state(used, total, running, waiting)
+        held_by = self._tabs.held_by
+        if held_by is not None:  # the engine runs something else between steps: every chat on it waits
+            running, waiting = 0, self._tabs.busy_count()
+        self._bar.set_engine_state(used, total, running, waiting, held_by)

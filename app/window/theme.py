@@ -78,7 +78,9 @@ STYLE = """
 #fitsOk {{ color: {muted}; }}
 #historyDialog QListWidget::item {{ padding: 6px 4px; }}
 #droppedMarker {{ color: {muted}; font-style: italic; padding: 4px; border-top: 1px dashed {border}; }}
-#userMessage[dropped="true"] QLabel, #assistantMessage[dropped="true"] QLabel {{ color: {muted}; }}
+#prose {{ background: transparent; border: none; }}
+#userMessage[dropped="true"] QLabel, #assistantMessage[dropped="true"] QLabel,
+#userMessage[dropped="true"] #prose, #assistantMessage[dropped="true"] #prose {{ color: {muted}; }}
 #contextText, #sidebarToggle {{ color: {muted}; font-size: {small}pt; }}
 #contextBar {{ border: none; background: {border}; border-radius: 3px; }}
 #contextBar::chunk {{ background: {highlight}; border-radius: 3px; }}

@@ -78,6 +78,9 @@ def engine_details(row: dict) -> str:
         ("overhead_share", "engine overhead", "{:.1%}"),
         ("prefill_stall_max_s", "longest prefill stall", "{:.2f}s"),
         ("mean_batch", "mean batch", "{:.1f}"),
+        ("ui_thread_busy", "UI thread busy", "{:.0%}"),
+        ("typing_latency_p50_ms", "typing latency p50", "{:.0f} ms"),
+        ("typing_latency_p99_ms", "p99", "{:.0f} ms"),
     ]
     parts = [f"{title} {fmt.format(row[key])}" for key, title, fmt in keys if row.get(key) is not None]
     if row.get("draft_tokens"):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import httpx
@@ -30,6 +30,7 @@ BASELINES = ("sequential", "static", "generate-batch", "llama-cpp-server")
 DEFAULT_BASELINES = {
     "single": ["sequential", "static", "generate-batch", "llama-cpp-server"],
     "edit": ["sequential", "llama-cpp-server"],
+    "chat4": ["static", "llama-cpp-server"],
     "chat16": ["sequential", "static", "generate-batch", "llama-cpp-server"],
     "chat16-json": [],  # against chat16's own engine figures: what the grammar costs
     "chat64": ["static", "llama-cpp-server"],
@@ -44,12 +45,15 @@ Progress = Callable[[str], None]
 class BenchPlan:
     """How the engine is driven (`vias`, the first one is the reference of the ratios) and what the servers need:
     the command that runs this installation's `inference-studio serve` with the model and engine options, the
-    GGUF file llama.cpp's server reads (None: not a GGUF model), the threads every system gets."""
+    GGUF file llama.cpp's server reads (None: not a GGUF model), the threads every system gets. `paths` adds ways
+    to drive the engine that live outside it (the window, which needs Qt): via name -> run(loaded, workload,
+    config, name) returning a SystemResult."""
 
     vias: tuple[str, ...] = ("thread",)
     serve_command: list[str] = field(default_factory=list)
     gguf: str | None = None
     threads: int = 2
+    paths: Mapping[str, Callable[..., SystemResult]] = field(default_factory=dict)
 
 
 def _warm_up(loaded) -> None:
@@ -127,12 +131,15 @@ def _engine_systems(loaded, workload: Workload, config: EngineConfig, plan: Benc
     for via in plan.vias:
         if via == "server":
             systems.append(("engine through its server", functools.partial(_run_studio_server, plan, config, workload)))
+        elif via in plan.paths:
+            run = functools.partial(plan.paths[via], loaded, workload, config, name=f"engine-{via}")
+            systems.append((f"engine through the {via}", run))
         else:
             run = functools.partial(run_engine, loaded, workload, config, name=f"engine-{via}", via=via)
             systems.append((f"engine ({via} thread)" if via == "main" else "engine (its thread)", run))
     if workload.name == "shared-prefix":
         off = dataclasses.replace(config, prefix_caching=False)
-        via = next((v for v in plan.vias if v != "server"), "thread")
+        via = next((v for v in plan.vias if v in ("thread", "main")), "thread")
         run = functools.partial(run_engine, loaded, workload, off, name="engine-no-prefix-cache", via=via)
         systems.append(("engine without prefix caching", run))
     return systems
@@ -224,7 +231,7 @@ def run_benchmark(
     if repeat < 1:
         raise ValueError("--repeat must be at least 1")
     plan = plan or BenchPlan()
-    unknown = [v for v in plan.vias if v not in VIAS]
+    unknown = [v for v in plan.vias if v not in VIAS and v not in plan.paths]
     if unknown or not plan.vias:
         raise ValueError(f"--via takes {', '.join(VIAS)}, not {', '.join(unknown) or 'nothing'}")
     config = config or EngineConfig()

@@ -66,6 +66,7 @@ class BenchRequest:
     max_new_tokens: int
     arrival_s: float = 0.0  # offset from the start of the run
     json_schema: str | None = None  # the reply must be JSON valid against it (it may end before max_new_tokens)
+    messages: list[dict] | None = None  # the chat the prompt was made from (a window types its last message)
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,10 @@ def long_document(index: int, sentences: int) -> str:
     )
 
 
+def conversation(text: str, system: str | None = None) -> list[dict]:
+    return ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": text}]
+
+
 def build(name: str, tokenizer, scale: float = 1.0) -> Workload:
     """The workload called `name`; scale < 1 shrinks token counts (tests use it on tiny models)."""
 
@@ -103,17 +108,22 @@ def build(name: str, tokenizer, scale: float = 1.0) -> Workload:
         return max(2, int(tokens * scale))
 
     def chat(text: str, system: str | None = None) -> list[int]:
-        messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": text}]
-        return encode_prompt(tokenizer, messages=messages)
+        return encode_prompt(tokenizer, messages=conversation(text, system))
+
+    def asked(text: str, tokens: int, system: str | None = None) -> BenchRequest:
+        return BenchRequest(chat(text, system), n(tokens), messages=conversation(text, system))
 
     if name == "single":
-        return Workload(name, "1 chat request, 128 new tokens", [BenchRequest(chat(chat_prompts(1)[0]), n(128))])
+        return Workload(name, "1 chat request, 128 new tokens", [asked(chat_prompts(1)[0], 128)])
     if name == "edit":
         # one chat asking for an edit: the reply repeats most of its prompt (where prompt-lookup drafts pay)
-        request = BenchRequest(chat(EDIT_TEXT), n(128))
+        request = asked(EDIT_TEXT, 128)
         return Workload(name, "1 chat request to correct a paragraph (the reply repeats it), 128 new tokens", [request])
+    if name == "chat4":
+        reqs = [asked(p, 128) for p in chat_prompts(4)]
+        return Workload(name, "4 different chat prompts at once, 128 new tokens each", reqs)
     if name == "chat16":
-        reqs = [BenchRequest(chat(p), n(64)) for p in chat_prompts(16)]
+        reqs = [asked(p, 64) for p in chat_prompts(16)]
         return Workload(name, "16 different chat prompts at once, 64 new tokens each", reqs)
     if name == "chat16-json":
         schema = json.dumps(JSON_REPLY)
@@ -121,13 +131,10 @@ def build(name: str, tokenizer, scale: float = 1.0) -> Workload:
         reqs = [BenchRequest(chat(p), n(64), json_schema=schema) for p in asks]
         return Workload(name, "chat16 with a JSON schema on every request (grammar-constrained)", reqs)
     if name == "chat64":
-        reqs = [BenchRequest(chat(p), n(128)) for p in chat_prompts(64)]
+        reqs = [asked(p, 128) for p in chat_prompts(64)]
         return Workload(name, "64 different chat prompts at once, 128 new tokens each", reqs)
     if name == "shared-prefix":
-        reqs = [
-            BenchRequest(chat(QUESTIONS[i % len(QUESTIONS)] + f" (ticket {i})", SHARED_SYSTEM), n(32))
-            for i in range(32)
-        ]
+        reqs = [asked(QUESTIONS[i % len(QUESTIONS)] + f" (ticket {i})", 32, SHARED_SYSTEM) for i in range(32)]
         return Workload(name, "32 requests sharing a ~500-token system prompt, 32 new tokens each", reqs)
     if name == "arrivals":
         rng = random.Random(7)
@@ -144,4 +151,4 @@ def build(name: str, tokenizer, scale: float = 1.0) -> Workload:
     raise KeyError(name)
 
 
-WORKLOADS = ["single", "edit", "chat16", "chat16-json", "chat64", "shared-prefix", "arrivals"]
+WORKLOADS = ["single", "edit", "chat4", "chat16", "chat16-json", "chat64", "shared-prefix", "arrivals"]

@@ -242,6 +242,8 @@ class Engine:
         scheduled = self.scheduler.schedule()
         events = [self.finish(r, FinishReason.LENGTH, started) for r in scheduled.out_of_pages]
         if not scheduled.chunks:
+            if events:  # their pages went back with no step to record: say so now, or the page map stays full
+                self._publish_page_map(force=True)
             return events
         for request in scheduled.admitted:
             request.first_scheduled_time = request.first_scheduled_time or started

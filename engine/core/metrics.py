@@ -137,6 +137,7 @@ class MetricsSnapshot:
     page_map: PageMap | None
     next_step: int
     next_token: int
+    next_finished: int = 0  # the cursor for the finished requests after these
 
 
 def _tail(buffer: deque, next_seq: int, since: int) -> list:
@@ -157,6 +158,7 @@ class MetricsRecorder:
         self._page_map: PageMap | None = None
         self._step_seq = 0
         self._token_seq = 0
+        self._finished_seq = 0
 
     def record_step(self, record: StepRecord) -> None:
         with self._lock:
@@ -181,6 +183,7 @@ class MetricsRecorder:
     def record_finished(self, stats: dict) -> None:
         with self._lock:
             self._finished.append(stats)
+            self._finished_seq += 1
             t = self._totals
             t.requests_finished += 1
             t.prompt_tokens += stats.get("prompt_tokens", 0)
@@ -193,7 +196,8 @@ class MetricsRecorder:
         with self._lock:
             self._page_map = page_map
 
-    def snapshot(self, since_step: int = 0, since_token: int = 0) -> MetricsSnapshot:
+    def snapshot(self, since_step: int = 0, since_token: int = 0, since_finished: int = 0) -> MetricsSnapshot:
+        """Records from the given cursors on (0: every one the buffers still hold)."""
         with self._lock:
             steps = _tail(self._steps, self._step_seq, since_step)
             tokens = _tail(self._tokens, self._token_seq, since_token)
@@ -202,11 +206,12 @@ class MetricsRecorder:
             return MetricsSnapshot(
                 steps=steps,
                 tokens=tokens,
-                finished=list(self._finished),
+                finished=_tail(self._finished, self._finished_seq, since_finished),
                 totals=totals,
                 page_map=self._page_map,
                 next_step=self._step_seq,
                 next_token=self._token_seq,
+                next_finished=self._finished_seq,
             )
 
     def clear(self) -> None:

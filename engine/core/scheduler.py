@@ -164,7 +164,7 @@ class Scheduler:
         """Draft tokens to verify with this request's decode, within the step's budget and its max tokens."""
         assert self.drafter is not None
         params = request.params
-        if params.repetition_penalty != 1.0 or params.structured is not None:
+        if params.penalized or params.structured is not None:
             # a penalty depends on every token before it, a grammar's mask on its place: drafts stay off for these
             # (verified rows would need them applied position by position)
             return []

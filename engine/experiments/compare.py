@@ -3,6 +3,7 @@ temporary engines (as the experiments run), so each one's timing is its own; eve
 
 from __future__ import annotations
 
+import functools
 import gc
 import hashlib
 import logging
@@ -66,10 +67,12 @@ def run_local_targets(
                 loaded = engine.loaded
             else:
                 on_status(index, "loading the model…")
-                loaded = load_model(target.spec, target.options)
+                # each stage of the load, so a column that loads for a minute does not look stuck
+                stage = functools.partial(_stage, on_status, index)
+                loaded = load_model(target.spec, target.options, progress=stage)
             on_tokenizer(index, tokenizer_key(loaded.tokenizer))
-            on_status(index, "writing…")
-            _run_one(engine, loaded, index, target, messages, params, on_event, cancelled)
+            on_status(index, "preparing its engine…")
+            _run_one(engine, loaded, index, target, messages, params, on_event, cancelled, on_status)
         except CompareCancelled:
             _fail(on_event, index, target, FinishReason.ABORT, None)
         except StudioError as exc:
@@ -83,13 +86,19 @@ def run_local_targets(
                 gc.collect()  # a second copy of the weights goes before the next one loads
 
 
-def _run_one(engine, loaded, index, target, messages, params, on_event, cancelled) -> None:
+def _stage(on_status: Callable[[int, str], None], index: int, text: str) -> None:
+    on_status(index, f"{text}…")
+
+
+def _run_one(engine, loaded, index, target, messages, params, on_event, cancelled, on_status=None) -> None:
     prompt = encode_prompt(loaded.tokenizer, messages=messages)
     page_size = engine.config.page_size
     pages = pages_for(len(prompt) + params.max_tokens, page_size) + SPARE_PAGES
     config = replace(engine.config, kv_pages=pages, metrics_capacity=1024, prefix_caching=False)
     temporary = Engine(loaded, config)
     _warm_up(temporary, prompt)
+    if on_status is not None:
+        on_status(index, "writing…")  # only now: loading and the engine's own set-up can take a minute
     request = temporary.add_request(prompt, params, tag=target.label)
     while temporary.has_unfinished:
         if cancelled.is_set():

@@ -11,6 +11,7 @@ import torch
 from engine.core.scheduler import ScheduledChunk
 from engine.model.attention import PagedKVCache, PrefillSlice, StepContext
 from engine.model.lm_head import CANDIDATES, MAX_TOP_K, TOP_K_MARGIN
+from engine.model.sampler import penalized_ids
 
 # The compiled step's chunk table columns (decode_step.cpp's CHUNK_COLUMN_NAMES, checked when its library loads)
 CHUNK_COLUMNS = ("first_row", "rows", "start")
@@ -144,14 +145,14 @@ def pack(chunks: list[ScheduledChunk], cache: PagedKVCache, tables: bool = False
 def _leading(sampling: Sequence[ScheduledChunk]) -> int | None:
     """The exact candidates every sampled row needs, or None when some row needs every logit: a logit bias (it may
     lift any token), logprobs (reported for the whole vocabulary), or sampling beyond a few hundred tokens. A grammar's
-    mask and a ban of end tokens only remove candidates, and repetition penalties are handled by _penalized."""
+    mask and a ban of end tokens only remove candidates, and penalties are handled by _penalized."""
     counts = []
     for chunk in sampling:
         params = chunk.request.params
         if params.logit_bias or params.logprobs is not None:
             return None
         if params.greedy:  # a penalty lowers some leaders: more candidates, so the penalised pick is still exact
-            counts.append(CANDIDATES if params.repetition_penalty == 1.0 else CANDIDATES + TOP_K_MARGIN)
+            counts.append(CANDIDATES + TOP_K_MARGIN if params.penalized else CANDIDATES)
         elif 0 < params.top_k <= MAX_TOP_K:
             counts.append(params.top_k + TOP_K_MARGIN)
         else:
@@ -160,14 +161,13 @@ def _leading(sampling: Sequence[ScheduledChunk]) -> int | None:
 
 
 def _penalized(sampling: Sequence[ScheduledChunk]) -> list[list[int]] | None:
-    """Per sampled row (1 + draft rows per chunk), the tokens its repetition penalty lowers; None if no row has one."""
-    if all(c.request.params.repetition_penalty == 1.0 for c in sampling):
+    """Per sampled row (1 + draft rows per chunk), the tokens its penalties change (repetition, presence, frequency);
+    None if no row has one."""
+    if not any(c.request.params.penalized for c in sampling):
         return None
     rows = []
     for chunk in sampling:
-        request = chunk.request
-        seen = sorted(set(request.all_ids) | set(chunk.draft)) if request.params.repetition_penalty != 1.0 else []
-        rows.extend([seen] * (1 + len(chunk.draft)))
+        rows.extend([penalized_ids(chunk.request, chunk.draft)] * (1 + len(chunk.draft)))
     return rows
 
 

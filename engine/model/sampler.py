@@ -1,4 +1,5 @@
-"""Batched sampling: greedy, temperature, top-k, top-p, min-p, repetition penalty, per-request seeds."""
+"""Batched sampling: greedy, temperature, top-k, top-p, min-p, repetition, presence and frequency penalties,
+per-request seeds."""
 
 from __future__ import annotations
 
@@ -19,6 +20,31 @@ def apply_repetition_penalty(logits: torch.Tensor, previous: Sequence[int], pena
     logits = logits.clone()
     logits.scatter_(-1, index, torch.where(seen > 0, seen / penalty, seen * penalty))
     return logits
+
+
+def apply_penalties(logits: torch.Tensor, request: Request) -> torch.Tensor:
+    """A request's penalties on one row, as vLLM applies them: the repetition penalty over the prompt and the reply
+    (transformers' rule), then OpenAI's presence and frequency penalties over the reply's tokens:
+    logit -= frequency_penalty * count + presence_penalty * (count > 0)."""
+    params = request.params
+    logits = apply_repetition_penalty(logits, request.all_ids, params.repetition_penalty)
+    if (params.presence_penalty or params.frequency_penalty) and request.output_ids:
+        ids, counts = torch.tensor(request.output_ids, dtype=torch.long).unique(return_counts=True)
+        ids = ids.to(logits.device)
+        drop = counts.to(logits.device, logits.dtype) * params.frequency_penalty + params.presence_penalty
+        logits = logits.index_add(-1, ids, -drop)  # a new tensor: the caller's row stays as it was
+    return logits
+
+
+def penalized_ids(request: Request, draft: Sequence[int] = ()) -> list[int]:
+    """The tokens whose logits the request's penalties change (sorted): every earlier token for the repetition
+    penalty, the reply's own for presence and frequency."""
+    params = request.params
+    if params.repetition_penalty != 1.0:
+        return sorted(set(request.all_ids) | set(draft))
+    if params.presence_penalty or params.frequency_penalty:
+        return sorted(set(request.output_ids) | set(draft))
+    return []
 
 
 def filter_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
@@ -156,7 +182,7 @@ class Sampler:
         # the raw logits are read again only for logprobs (token_logprobs), so otherwise they are changed in place
         in_place = not any(r.params.logprobs is not None for r in requests)
         logits = apply_constraints(logits, per_row, in_place=in_place, grammar_applied=grammar_applied)
-        if all(r.params.greedy and r.params.repetition_penalty == 1.0 for r in requests):
+        if all(r.params.greedy and not r.params.penalized for r in requests):
             targets = logits.argmax(dim=-1).tolist()
             return _verify_greedy(targets, drafts)
         logits = logits.cpu()
@@ -174,7 +200,7 @@ class Sampler:
         params = request.params
         tokens: list[int] = []
         for j, row in enumerate(rows):
-            row = apply_repetition_penalty(row, request.all_ids, params.repetition_penalty)
+            row = apply_penalties(row, request)
             if params.greedy:
                 choice = int(row.argmax())
             else:

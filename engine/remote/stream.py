@@ -109,6 +109,9 @@ def sampling_fields(params: SamplingParams, chat: bool = True) -> dict:
         fields["seed"] = params.seed
     if params.stop:
         fields["stop"] = list(params.stop)
+    for name in ("presence_penalty", "frequency_penalty"):  # OpenAI's own fields
+        if getattr(params, name):
+            fields[name] = getattr(params, name)
     # vLLM's extensions: sent only when used, since strict servers (OpenAI's own) refuse unknown fields
     if params.top_k:
         fields["top_k"] = params.top_k

@@ -20,6 +20,7 @@ from engine.core.engine_thread import EngineThread
 from engine.core.tools import parse_calls
 from engine.errors import EngineStoppedError, InvalidRequestError, PromptTooLongError
 from engine.handle import RequestHandle
+from engine.serve.completions_wire import TOOL_CALLS, ResponseWriter, usage
 from engine.serve.event_bridge import AsyncEventBridge
 from engine.serve.limits import ServeLimits
 from engine.serve.openai_protocol import (
@@ -28,7 +29,6 @@ from engine.serve.openai_protocol import (
     bad_request,
 )
 from engine.serve.prometheus import EngineCollector, LiveState, live_state_of
-from engine.serve.responses import TOOL_CALLS, ResponseWriter, usage
 from engine.serve.tool_stream import ToolCallStream
 from engine.types import FinishReason, SamplingParams, TokenEvent, TokenLogprob
 
@@ -65,13 +65,20 @@ class ApiServer:
         self._api_key = api_key.encode() if api_key else None
         self.limits = limits or ServeLimits()
         self._admitting = 0  # requests between the queue check and their handle (tokenizing)
-        self.context_length: int = worker.engine.context_length
+        # what one request can hold: the model's context, or the KV pool where that is smaller (a request cannot hold
+        # more pages than the pool has; advertising the model's would accept replies the pool then cuts short)
+        engine = worker.engine
+        self.context_length: int = min(engine.context_length, engine.pool_tokens)
         self.created = int(time.time())
         self.bridge: AsyncEventBridge | None = None
         self.active: dict[str, RequestHandle] = {}  # requests being answered, by id
         self.registry = CollectorRegistry()
         runtime = worker.engine.runtime_record()
-        self.registry.register(EngineCollector(worker.metrics, model_name, live=self._live_state, runtime=runtime))
+        self.registry.register(
+            EngineCollector(
+                worker.metrics, model_name, live=self._live_state, runtime=runtime, context_length=self.context_length
+            )
+        )
         ProcessCollector(registry=self.registry)  # process_resident_memory_bytes & co, as vLLM exposes them
 
     def _live_state(self) -> LiveState | None:
@@ -205,13 +212,22 @@ class ApiServer:
             return ApiError(503, "the request was cancelled: the server is stopping", type="server_error")
         return None
 
-    def _usage(self, handle: RequestHandle, final: TokenEvent) -> dict:
+    @staticmethod
+    def token_counts(handle: RequestHandle, final: TokenEvent) -> tuple[int, int, int]:
+        """(prompt tokens, output tokens, prompt tokens found in the prefix cache) of a finished request."""
         stats = final.stats
         completion = stats.output_tokens if stats else len(handle.token_ids)
-        return usage(handle.prompt_tokens, completion, stats.cached_prompt_tokens if stats else 0)
+        return handle.prompt_tokens, completion, stats.cached_prompt_tokens if stats else 0
 
-    async def whole(self, request: Request, gen: GenerationRequest, writer: ResponseWriter) -> dict:
-        handle, queue = await self.submit(gen, writer.id)
+    def usage_of(self, handle: RequestHandle, final: TokenEvent) -> dict:
+        return usage(*self.token_counts(handle, final))
+
+    async def collect(
+        self, request: Request, gen: GenerationRequest, request_id: str
+    ) -> tuple[RequestHandle, str, TokenEvent, list[TokenLogprob] | None]:
+        """Run a request to its end for a whole (non-streamed) answer: its handle, text, final event and logprobs.
+        A client that leaves cancels it; a failed or cancelled request raises its ApiError."""
+        handle, queue = await self.submit(gen, request_id)
 
         async def cancel_when_client_leaves() -> None:
             while not await request.is_disconnected():
@@ -236,13 +252,16 @@ class ApiServer:
         failure = self.failure(final)
         if failure is not None:
             raise failure
-        text, reason, calls = "".join(parts), final.finish_reason, None
+        return handle, "".join(parts), final, logprobs
+
+    async def whole(self, request: Request, gen: GenerationRequest, writer: ResponseWriter) -> dict:
+        handle, text, final, logprobs = await self.collect(request, gen, writer.id)
+        reason, calls = final.finish_reason, None
         if gen.tools:
-            text, found = parse_calls(text)
+            text, found = parse_calls(text, cut=reason is FinishReason.LENGTH)
             if found:
                 calls, reason = [call.openai() for call in found], _tool_reason(reason)
-        usage_ = self._usage(handle, final)
-        return writer.whole(text, reason, usage_, logprobs=logprobs, tool_calls=calls)
+        return writer.whole(text, reason, self.usage_of(handle, final), logprobs=logprobs, tool_calls=calls)
 
     async def stream(self, gen: GenerationRequest, writer: ResponseWriter) -> StreamingResponse:
         handle, queue = await self.submit(gen, writer.id)
@@ -269,7 +288,8 @@ class ApiServer:
     ) -> AsyncIterator[str]:
         with_usage = gen.include_usage
         if gen.kind == "chat":
-            yield _sse(writer.chunk("", first=True, with_usage=with_usage))
+            # content null when the reply may be tool calls, as OpenAI sends it ("" makes the SDK report a text delta)
+            yield _sse(writer.chunk(None if gen.tools else "", first=True, with_usage=with_usage))
         # aclosing: when the client disconnects, Starlette cancels this generator, and the engine request must
         # be cancelled with it (the bridge's stream does that in its finally)
         calls = ToolCallStream() if gen.tools else None
@@ -277,7 +297,8 @@ class ApiServer:
             async for event in events:
                 text, deltas = calls.feed(event.text) if calls is not None else (event.text, [])
                 if event.finished and calls is not None:
-                    text += calls.finish()
+                    rest, last = calls.finish(cut=event.finish_reason is FinishReason.LENGTH)
+                    text, deltas = text + rest, deltas + last
                 if text or deltas or event.logprobs:
                     yield _sse(writer.chunk(text, with_usage=with_usage, logprobs=event.logprobs, tool_calls=deltas))
                 if not event.finished:
@@ -291,5 +312,5 @@ class ApiServer:
                     reason = _tool_reason(reason)
                 yield _sse(writer.chunk(None, reason, with_usage=with_usage))
                 if with_usage:
-                    yield _sse(writer.usage_chunk(self._usage(handle, event)))
+                    yield _sse(writer.usage_chunk(self.usage_of(handle, event)))
         yield _sse("[DONE]")

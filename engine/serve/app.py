@@ -1,5 +1,5 @@
-"""The FastAPI app: routes /v1/models, /v1/chat/completions, /v1/completions, /health and /metrics over an
-ApiServer, and every error answered in OpenAI's shape."""
+"""The FastAPI app: routes /v1/models, /v1/chat/completions, /v1/completions, /v1/responses, /health, /metrics and
+/openapi.json over an ApiServer, and every error answered in OpenAI's shape."""
 
 from __future__ import annotations
 
@@ -17,6 +17,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from engine.core.engine_thread import EngineThread
 from engine.serve.api_server import ApiServer
+from engine.serve.completions_wire import ResponseWriter
+from engine.serve.cross_site import guard_cross_site
 from engine.serve.event_bridge import AsyncEventBridge
 from engine.serve.guards import BodyLimit, HostGuard
 from engine.serve.limits import ServeLimits, json_depth_within
@@ -27,7 +29,8 @@ from engine.serve.openai_protocol import (
     parse_chat_request,
     parse_completion_request,
 )
-from engine.serve.responses import ResponseWriter
+from engine.serve.openapi_bodies import CHAT_BODY, COMPLETION_BODY, RESPONSES_BODY, request_body
+from engine.serve.responses_api import ResponsesApi
 
 log = logging.getLogger(__name__)
 
@@ -74,9 +77,11 @@ def create_app(
     api_key: str | None = None,
     limits: ServeLimits | None = None,
     allowed_hosts: Sequence[str] | None = None,
+    allowed_origins: Sequence[str] = (),
 ) -> FastAPI:
     """The FastAPI app for one engine thread. The thread must already be started; the app never stops it.
-    allowed_hosts: the Host names answered (limits.allowed_hosts_for); None answers any."""
+    allowed_hosts: the Host names answered (limits.allowed_hosts_for); None answers any. allowed_origins: the web
+    pages that may call the API from a browser (cross_site.check_origins); none by default."""
     limits = limits or ServeLimits()
     server = ApiServer(worker, model_name, api_key, limits)
 
@@ -92,12 +97,16 @@ def create_app(
             server.bridge.close()
             server.bridge = None
 
-    app = FastAPI(title="Inference Studio", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
+    # /openapi.json for client generators and API fuzzers; no /docs page (it loads its scripts from a CDN)
+    app = FastAPI(title="Inference Studio", docs_url=None, redoc_url=None, lifespan=lifespan)
     app.state.api_server = server
+    responses = ResponsesApi(server)
     authorized = [Depends(server.check_key)]
     _answer_errors_in_openai_shape(app)
-    # the last added runs first: the Host check refuses before a byte of the body is read
+    # the last added runs first: the Host check refuses before a byte of the body is read, then CORS answers
+    # preflights, then the cross-site guard refuses what a page sent without one
     app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes)
+    guard_cross_site(app, allowed_origins)
     if allowed_hosts is not None:
         app.add_middleware(HostGuard, allowed=allowed_hosts)
 
@@ -131,13 +140,21 @@ def create_app(
             return await server.stream(gen, writer)
         return JSONResponse(await server.whole(request, gen, writer))
 
-    @app.post("/v1/chat/completions", dependencies=authorized)
+    @app.post("/v1/chat/completions", dependencies=authorized, openapi_extra=request_body(CHAT_BODY))
     async def chat_completions(request: Request) -> Response:
         return await generate(request, parse_chat_request(await _json_body(request, limits), limits), "chatcmpl")
 
-    @app.post("/v1/completions", dependencies=authorized)
+    @app.post("/v1/completions", dependencies=authorized, openapi_extra=request_body(COMPLETION_BODY))
     async def completions(request: Request) -> Response:
         body = await _json_body(request, limits)
         return await generate(request, parse_completion_request(body, limits), "cmpl")
+
+    @app.post("/v1/responses", dependencies=authorized, openapi_extra=request_body(RESPONSES_BODY))
+    async def create_response(request: Request) -> Response:
+        return await responses.create(request, await _json_body(request, limits))
+
+    @app.get("/v1/responses/{response_id}", dependencies=authorized)
+    async def retrieve_response(response_id: str) -> dict:
+        return responses.retrieve(response_id)
 
     return app

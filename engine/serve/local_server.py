@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from engine.core.engine_thread import EngineThread
 from engine.serve.app import create_app
+from engine.serve.cross_site import check_origins
 from engine.serve.http_server import HttpServer
 from engine.serve.limits import allowed_hosts_for
 
@@ -19,10 +22,18 @@ class LocalApiServer:
         host: str = "127.0.0.1",
         port: int = 8000,
         api_key: str | None = None,
+        allowed_origins: Sequence[str] = (),
     ) -> None:
+        """allowed_origins: web pages that may call it from a browser (cross_site.check_origins)."""
         self.worker = worker
         self.model_name = model_name
-        self.app = create_app(worker, model_name, api_key=api_key, allowed_hosts=allowed_hosts_for(host))
+        self.app = create_app(
+            worker,
+            model_name,
+            api_key=api_key,
+            allowed_hosts=allowed_hosts_for(host),
+            allowed_origins=check_origins(allowed_origins),
+        )
         self.http = HttpServer(self.app, host, port)  # binds now: a taken port raises ServeError here
 
     @property

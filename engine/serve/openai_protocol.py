@@ -9,7 +9,7 @@ from typing import Any
 from engine.errors import InvalidRequestError
 from engine.serve.features import parse_features
 from engine.serve.limits import ServeLimits
-from engine.types import SEED_MAX, SEED_MIN, SamplingParams, validate_messages
+from engine.types import PENALTY_LIMIT, SEED_MAX, SEED_MIN, SamplingParams, validate_messages
 
 DEFAULT_LIMITS = ServeLimits()
 #: top_k at or above the vocabulary means "off"; beyond this it is a client bug, not a choice
@@ -71,15 +71,11 @@ class GenerationRequest:
 _UNSUPPORTED: dict[str, tuple[object, ...]] = {
     "functions": (None, []),
     "function_call": (None, "none", "auto"),
-    "presence_penalty": (None, 0, 0.0),
-    "frequency_penalty": (None, 0, 0.0),
     "echo": (None, False),
     "suffix": (None, ""),
     "best_of": (None, 1),
 }
 _HINTS = {
-    "presence_penalty": "; use repetition_penalty instead",
-    "frequency_penalty": "; use repetition_penalty instead",
     "functions": "; use 'tools' instead (the deprecated 'functions' is not supported)",
     "function_call": "; use 'tool_choice' instead",
 }
@@ -177,6 +173,10 @@ def _sampling_params(body: dict, max_tokens: int | None, limits: ServeLimits) ->
     _check_range("top_k", top_k, 0, TOP_K_MAX)
     repetition_penalty = _number(body, "repetition_penalty", default=1.0)
     _check_range("repetition_penalty", repetition_penalty, 0.0, REPETITION_PENALTY_MAX, low_open=True)
+    penalties = {}
+    for name in ("presence_penalty", "frequency_penalty"):  # OpenAI's: over the reply's own tokens, -2 to 2
+        penalties[name] = float(_number(body, name, default=0.0))
+        _check_range(name, penalties[name], -PENALTY_LIMIT, PENALTY_LIMIT)
     ignore_eos = body.get("ignore_eos", False)
     if not isinstance(ignore_eos, bool):
         raise bad_request("'ignore_eos' must be true or false", "ignore_eos")
@@ -191,6 +191,7 @@ def _sampling_params(body: dict, max_tokens: int | None, limits: ServeLimits) ->
         top_k=top_k,
         min_p=float(_number(body, "min_p", default=0.0)),
         repetition_penalty=float(repetition_penalty),
+        **penalties,
         seed=_seed(body),
         stop=_stop_strings(body, limits),
         ignore_eos=ignore_eos,

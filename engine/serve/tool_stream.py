@@ -3,20 +3,16 @@ name and then its arguments go out as OpenAI's tool_call deltas while the model 
 
 from __future__ import annotations
 
-import json
-import uuid
 from dataclasses import dataclass, field
 
-from engine.core.tools import CLOSE, OPEN
-
-_DECODER = json.JSONDecoder()
+from engine.core.tools import CLOSE, OPEN, new_call_id, open_tag_overlap, scan_calls
 
 
 @dataclass
 class _Call:
     index: int
     name: str
-    call_id: str = field(default_factory=lambda: f"call_{uuid.uuid4().hex[:24]}")
+    call_id: str = field(default_factory=new_call_id)
     arguments_sent: int = 0  # characters of the arguments' text sent so far
 
 
@@ -42,14 +38,14 @@ class ToolCallStream:
             if self._block is None:
                 start = self._pending.find(OPEN)
                 if start < 0:
-                    content.append(self._take(len(self._pending) - _overlap(self._pending, OPEN)))
+                    content.append(self._take(len(self._pending) - open_tag_overlap(self._pending, OPEN)))
                     break
                 content.append(self._take(start))
                 self._take(len(OPEN))
                 self._block, self._block_start = "", len(self.calls)
             end = self._pending.find(CLOSE)
             if end < 0:
-                self._block += self._take(len(self._pending) - _overlap(self._pending, CLOSE))
+                self._block += self._take(len(self._pending) - open_tag_overlap(self._pending, CLOSE))
                 deltas += self._progress()
                 break
             self._block += self._take(end)
@@ -58,13 +54,21 @@ class ToolCallStream:
             self._block = None
         return "".join(content), deltas
 
-    def finish(self) -> str:
-        """The reply ended: what is still held back, as content (a block that never named a call is text after all)."""
+    def finish(self, cut: bool = False) -> tuple[str, list[dict]]:
+        """The reply ended: what is still held back, as content, and the last deltas. A block that never named a call
+        is text after all, unless the reply was cut off (max tokens): a block left open is then a call with the
+        arguments written so far, or nothing, never markup in the content (parse_calls(cut=True) reads it alike)."""
+        deltas: list[dict] = []
         rest, self._pending = self._pending, ""
-        if self._block is not None and len(self.calls) == self._block_start:
+        if self._block is not None and cut:
+            self._block += rest
+            deltas, rest = self._progress(), ""
+        elif cut:  # held back as the possible start of a call's tag: markup all the same
+            rest = ""
+        elif self._block is not None and len(self.calls) == self._block_start:
             rest = OPEN + self._block + rest
         self._block = None
-        return rest
+        return rest, deltas
 
     def _take(self, count: int) -> str:
         taken, self._pending = self._pending[:count], self._pending[count:]
@@ -74,7 +78,7 @@ class ToolCallStream:
         """Deltas for what the block says beyond what was sent: a new call's name, then its arguments' text."""
         assert self._block is not None
         deltas: list[dict] = []
-        for position, (name, arguments) in enumerate(_scan(self._block)):
+        for position, (name, arguments) in enumerate(scan_calls(self._block)):
             index = self._block_start + position
             if index == len(self.calls):
                 if name is None:
@@ -88,73 +92,3 @@ class ToolCallStream:
                 deltas.append({"index": index, "function": {"arguments": arguments[call.arguments_sent :]}})
                 call.arguments_sent = len(arguments)
         return deltas
-
-
-def _overlap(text: str, marker: str) -> int:
-    """How many characters at the end of text could begin the marker (held back until the next piece decides)."""
-    for size in range(min(len(marker) - 1, len(text)), 0, -1):
-        if marker.startswith(text[-size:]):
-            return size
-    return 0
-
-
-def _scan(block: str) -> list[tuple[str | None, str | None]]:
-    """The calls in a (partial) block: each one's name once complete, and its arguments' text so far (all of it
-    once closed). Reads {"name": "...", "arguments": {...}} objects, in a list or alone."""
-    calls: list[tuple[str | None, str | None]] = []
-    position = 0
-    while (key := block.find('"name"', position)) >= 0:
-        colon = block.find(":", key)
-        quote = block.find('"', colon + 1) if colon >= 0 else -1
-        try:
-            name, after = _DECODER.raw_decode(block, quote) if quote >= 0 else (None, 0)
-        except json.JSONDecodeError:
-            name = None
-        if not isinstance(name, str):
-            calls.append((None, None))
-            return calls
-        key = block.find('"arguments"', after)
-        colon = block.find(":", key) if key >= 0 else -1
-        if colon < 0:
-            calls.append((name, None))
-            return calls
-        start = colon + 1
-        while start < len(block) and block[start] in " \t\r\n":
-            start += 1
-        end = _value_end(block, start)
-        calls.append((name, block[start : len(block) if end is None else end]))
-        if end is None:
-            return calls
-        position = end
-    return calls
-
-
-def _value_end(text: str, start: int) -> int | None:
-    """Where the JSON object (or string) starting at `start` ends, or None while it is still open."""
-    if start >= len(text):
-        return None
-    if text[start] != "{":
-        try:
-            return _DECODER.raw_decode(text, start)[1]
-        except json.JSONDecodeError:
-            return None
-    depth, in_string, escaped = 0, False, False
-    for index in range(start, len(text)):
-        char = text[index]
-        if in_string:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == '"':
-                in_string = False
-            continue
-        if char == '"':
-            in_string = True
-        elif char == "{":
-            depth += 1
-        elif char == "}":
-            depth -= 1
-            if depth == 0:
-                return index + 1
-    return None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from PySide6.QtCore import QEvent, Qt, QTimer, Signal
-from PySide6.QtGui import QFontDatabase, QGuiApplication, QTextCursor, QWheelEvent
+from PySide6.QtGui import QFont, QFontDatabase, QGuiApplication, QTextCursor, QWheelEvent
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QToolButton, QVBoxLayout, QWidget
 
 
@@ -48,7 +48,11 @@ class CodeBlockView(QFrame):
         self.editor.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
         self.editor.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.editor.setFrameShape(QFrame.Shape.NoFrame)
-        self.editor.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
+        font = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
+        # where the system's fixed font resolves to a proportional one (a machine with few fonts), still monospace
+        font.setFixedPitch(True)
+        font.setStyleHint(QFont.StyleHint.TypeWriter)
+        self.editor.setFont(font)
         self.editor.horizontalScrollBar().rangeChanged.connect(self._fit_height)
         self.editor.font_changed.connect(self._fit_height)
 

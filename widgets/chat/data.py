@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import asdict, dataclass, field, fields, replace
 
-from engine.types import FinishReason, RequestStats, SamplingParams, StructuredOutput
+import llguidance
+
+from engine.types import PENALTY_LIMIT, FinishReason, RequestStats, SamplingParams, StructuredOutput
 
 USER = "user"
 ASSISTANT = "assistant"
@@ -80,7 +83,7 @@ def format_stats(message: ChatMessage) -> str:
     if message.finish_reason is FinishReason.ABORT:
         parts.append("stopped")
     elif message.finish_reason is FinishReason.LENGTH:
-        parts.append("hit the token limit")
+        parts.append("stopped at the end of the context" if stats.get("context_full") else "hit the token limit")
     return " · ".join(parts)
 
 
@@ -106,8 +109,9 @@ _SCHEMA_TYPES = ("object", "array", "string", "number", "integer", "boolean", "n
 
 
 def schema_problem(text: str) -> str | None:
-    """Why a JSON schema typed by the user can't be used (one line), or None when it can: it must be well-formed JSON,
-    an object, and name only JSON's types. What the grammar compiler refuses beyond that, the engine says at submit."""
+    """Why a JSON schema typed by the user can't be used (one line), or None when it can: well-formed JSON, an object,
+    and what the engine's grammar compiler (llguidance) accepts, at every level (an unknown type deep inside, a $ref to
+    nothing)."""
     if not text.strip():
         return 'Type a JSON schema, e.g. {"type": "object", "properties": {…}}'
     try:
@@ -123,7 +127,17 @@ def schema_problem(text: str) -> str | None:
     for name in kinds:
         if name not in _SCHEMA_TYPES:
             return f"Unknown type {json.dumps(name)}: use one of {', '.join(_SCHEMA_TYPES)}"
-    return None
+    return _compiler_problem(schema)
+
+
+def _compiler_problem(schema: dict) -> str | None:
+    """The engine's own check: llguidance builds the grammar (no tokenizer is needed to validate it)."""
+    try:
+        grammar = llguidance.LLMatcher.grammar_from_json_schema(schema)
+        problem = llguidance.LLMatcher.validate_grammar(grammar, None)
+    except (ValueError, RuntimeError, TypeError) as exc:
+        problem = str(exc)
+    return f"The engine can't use this schema: {problem.splitlines()[0]}" if problem else None
 
 
 def _json_kind(value: object) -> str:
@@ -147,6 +161,8 @@ class ChatSettings:
     max_tokens: int = 512
     seed: int | None = None
     repetition_penalty: float = 1.1
+    presence_penalty: float = 0.0  # OpenAI's, over the reply's own tokens (-2 to 2)
+    frequency_penalty: float = 0.0
     overflow: str = OVERFLOW_STOP
     output: str = OUTPUT_TEXT
     #: the last valid schema the user typed (kept while the output is something else, so switching back restores it)
@@ -161,6 +177,10 @@ class ChatSettings:
         if not isinstance(self.json_schema, str) or schema_problem(self.json_schema):
             object.__setattr__(self, "json_schema", "")  # a hand-edited file: never send a bad schema
         object.__setattr__(self, "show_tokens", bool(self.show_tokens))
+        for name in ("presence_penalty", "frequency_penalty"):  # a hand-edited file: a number in [-2, 2], or off
+            value = getattr(self, name)
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            object.__setattr__(self, name, min(PENALTY_LIMIT, max(-PENALTY_LIMIT, float(value))) if ok else 0.0)
 
     def structured(self) -> StructuredOutput | None:
         """The constraint replies are written under; a schema output with no valid schema yet writes free text."""
@@ -178,6 +198,8 @@ class ChatSettings:
             top_k=self.top_k,
             seed=self.seed,
             repetition_penalty=self.repetition_penalty,
+            presence_penalty=self.presence_penalty,
+            frequency_penalty=self.frequency_penalty,
             structured=self.structured(),
             logprobs=TOKEN_ALTERNATIVES if self.show_tokens else None,
         )
@@ -204,10 +226,11 @@ class ChatSettings:
 
 
 #: Sampling presets; they leave the system prompt and the token limit alone.
+_NO_PENALTIES = {"presence_penalty": 0.0, "frequency_penalty": 0.0}
 PRESETS: dict[str, dict] = {
-    "precise": {"temperature": 0.0, "top_p": 1.0, "top_k": 0, "repetition_penalty": 1.0},
-    "balanced": {"temperature": 0.7, "top_p": 0.95, "top_k": 40, "repetition_penalty": 1.1},
-    "creative": {"temperature": 1.1, "top_p": 0.98, "top_k": 0, "repetition_penalty": 1.05},
+    "precise": {"temperature": 0.0, "top_p": 1.0, "top_k": 0, "repetition_penalty": 1.0, **_NO_PENALTIES},
+    "balanced": {"temperature": 0.7, "top_p": 0.95, "top_k": 40, "repetition_penalty": 1.1, **_NO_PENALTIES},
+    "creative": {"temperature": 1.1, "top_p": 0.98, "top_k": 0, "repetition_penalty": 1.05, **_NO_PENALTIES},
 }
 
 

@@ -13,6 +13,7 @@ from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QTextEdi
 from widgets.chat.code_block import CodeBlockView
 from widgets.chat.data import USER, ChatMessage, format_stats
 from widgets.chat.markdown_blocks import Segment, split_markdown
+from widgets.chat.prose_view import ProseView
 from widgets.tokens.data import TokenEntry
 from widgets.tokens.token_view import TokenView
 
@@ -49,24 +50,10 @@ class ReplyTokenView(TokenView):
         event.ignore()  # the transcript scrolls
 
 
-def _prose_label() -> QLabel:
-    label = QLabel()
-    label.setObjectName("prose")
-    label.setWordWrap(True)
-    label.setTextFormat(Qt.TextFormat.MarkdownText)
-    label.setTextInteractionFlags(
-        Qt.TextInteractionFlag.TextSelectableByMouse | Qt.TextInteractionFlag.LinksAccessibleByMouse
-    )
-    label.setOpenExternalLinks(True)
-    label.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Minimum)
-    return label
-
-
-# A streaming reply is laid out again at most this often. Each layout re-shapes its last paragraph's text, and the
-# labels' heights are asked for several times a pass: at every 16 ms frame that kept the UI thread busy enough to slow
-# one chat in the window to about 0.7x the engine thread on 2 cores (measured, see the README). 15 updates a second
-# still read as a smooth stream.
-STREAM_RENDER_MS = 66
+# A streaming reply is shown at most this often. Appending to its open paragraph is cheap now (ProseView lays out only
+# that paragraph, and asks for a layout pass only when its height changes), so this only keeps several streaming
+# tabs from each painting at every 16 ms frame; 30 updates a second still read as a smooth stream.
+STREAM_RENDER_MS = 33
 
 
 class MessageView(QFrame):
@@ -89,6 +76,7 @@ class MessageView(QFrame):
         self._role = QLabel("You" if is_user else "Assistant")
         self._role.setObjectName("role")
         self._status = QLabel()
+        self._status.setTextFormat(Qt.TextFormat.PlainText)
         self._status.setObjectName("messageStatus")
         self.copy_button = self._tool("Copy", "Copy the whole message as Markdown", self._copy)
         self.edit_button = self._tool("Edit", "Edit this message and resend the chat from here", self.edit_requested)
@@ -115,9 +103,11 @@ class MessageView(QFrame):
         self.error_label = QLabel()
         self.error_label.setObjectName("inlineError")
         self.error_label.setWordWrap(True)
+        self.error_label.setTextFormat(Qt.TextFormat.PlainText)  # an error may quote the model's or a server's text
         self.error_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.stats_label = QLabel()
         self.stats_label.setObjectName("stats")
+        self.stats_label.setTextFormat(Qt.TextFormat.PlainText)
         self.stats_label.setWordWrap(True)  # a narrow chat wraps the figures instead of cutting off the last
 
         layout = QVBoxLayout(self)
@@ -157,27 +147,37 @@ class MessageView(QFrame):
         self.stats_label.setVisible(bool(stats))
 
     def set_streaming_content(self, text: str) -> None:
-        """The reply so far: laid out now if it was not in the last STREAM_RENDER_MS, else when that time is up
-        (`text` is the newest at once)."""
+        """The reply so far: shown now if it was not in the last STREAM_RENDER_MS, else when that time is up
+        (`text` is the newest at once). A reply in a tab that is not shown waits until the tab is."""
         self._text = text
-        if not self._render_timer.isActive():
-            self._render_streaming()
+        if self._render_timer.isActive():
+            return
+        if self.window().isVisible() and not self.isVisible():
+            return  # a background tab: showEvent catches up, once
+        self._render_streaming()
 
     def _render_streaming(self) -> None:
         if self._shown != self._text:
-            self.set_content(self._text)
+            self.set_content(self._text, streaming=True)
             self._render_timer.start()  # updates wait for it; then it shows what came meanwhile
 
-    def set_content(self, text: str) -> None:
-        """Update the body in place; only blocks whose text changed are touched, so streaming never flickers."""
+    def showEvent(self, event) -> None:
+        super().showEvent(event)
+        if self._shown != self._text and self.message.finish_reason is None:
+            self._render_streaming()
+
+    def set_content(self, text: str, streaming: bool = False) -> None:
+        """Update the body in place; only blocks whose text changed are touched, so streaming never flickers. While
+        streaming, the last prose block grows by appending; a finished message renders each block whole, once."""
         self._text = self._shown = text
         segments = self._segments(text)
         for index, segment in enumerate(segments):
+            growing = streaming and index == len(segments) - 1
             if index < len(self._blocks) and self._blocks[index][0] == segment.kind:
-                self._update_block(self._blocks[index][1], segment)
+                self._update_block(self._blocks[index][1], segment, growing)
                 continue
             self._truncate_blocks(index)
-            self._add_block(segment)
+            self._add_block(segment, growing)
         self._truncate_blocks(len(segments))
 
     def _segments(self, text: str) -> list[Segment]:
@@ -189,25 +189,25 @@ class MessageView(QFrame):
                 return [Segment("code", pretty, "json")]
         return split_markdown(text)
 
-    def _add_block(self, segment: Segment) -> None:
-        if segment.kind == "code":
-            widget: QWidget = CodeBlockView(segment.text, segment.language)
-        else:
-            widget = _prose_label()
-            if segment.kind == "user":
-                widget.setTextFormat(Qt.TextFormat.PlainText)
-            widget.setText(segment.text)
+    def _add_block(self, segment: Segment, growing: bool = False) -> None:
+        widget: QWidget = CodeBlockView() if segment.kind == "code" else ProseView()
+        self._update_block(widget, segment, growing)
         self._blocks.append((segment.kind, widget))
         self._body.addWidget(widget)
         if self.tokens_button.isChecked():
             widget.setVisible(False)
 
     @staticmethod
-    def _update_block(widget: QWidget, segment: Segment) -> None:
+    def _update_block(widget: QWidget, segment: Segment, growing: bool) -> None:
         if isinstance(widget, CodeBlockView):
             widget.set_text(segment.text, segment.language)
-        elif isinstance(widget, QLabel) and widget.text() != segment.text:
-            widget.setText(segment.text)
+        elif isinstance(widget, ProseView):
+            if segment.kind == "user":
+                widget.set_plain(segment.text)
+            elif growing:
+                widget.stream_markdown(segment.text)
+            elif widget.source != segment.text or widget.streamed:
+                widget.set_markdown(segment.text)
 
     def _truncate_blocks(self, keep: int) -> None:
         while len(self._blocks) > keep:
@@ -222,6 +222,10 @@ class MessageView(QFrame):
     @property
     def code_views(self) -> list[CodeBlockView]:
         return [w for _k, w in self._blocks if isinstance(w, CodeBlockView)]
+
+    @property
+    def prose_views(self) -> list[ProseView]:
+        return [w for _k, w in self._blocks if isinstance(w, ProseView)]
 
     # ---- tokens -----------------------------------------------------------------------------
     @property

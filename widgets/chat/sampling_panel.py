@@ -77,6 +77,10 @@ class SamplingPanel(QWidget):
         self.seed.setSpecialValueText("random")
         self.seed.setToolTip("a fixed seed makes sampled replies repeatable (-1 = random)")
         self.repetition_penalty = _double(0.5, 2.0, 0.05, "above 1 discourages repeating tokens already present")
+        self.presence_penalty = _double(-2.0, 2.0, 0.1, "above 0 discourages any token the reply already used "
+                                        "(OpenAI's presence penalty; below 0 encourages it)")  # fmt: skip
+        self.frequency_penalty = _double(-2.0, 2.0, 0.1, "above 0 discourages a token the more often the reply "
+                                         "used it (OpenAI's frequency penalty)")  # fmt: skip
         self.overflow = _choices(
             OVERFLOW_POLICIES,
             "When the conversation outgrows the model's context: stop and say so; truncate the middle (keep the "
@@ -118,6 +122,8 @@ class SamplingPanel(QWidget):
         form.addRow("Max tokens", self.max_tokens)
         form.addRow("Seed", self.seed)
         form.addRow("Repetition penalty", self.repetition_penalty)
+        form.addRow("Presence penalty", self.presence_penalty)
+        form.addRow("Frequency penalty", self.frequency_penalty)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(8, 8, 8, 8)
         title = QLabel("System prompt")
@@ -150,7 +156,8 @@ class SamplingPanel(QWidget):
         self._prompt_timer.timeout.connect(self._emit)
         self.system_prompt.textChanged.connect(self._prompt_timer.start)
         self.preset.currentTextChanged.connect(self._apply_preset)
-        for box in (self.temperature, self.top_p, self.repetition_penalty):
+        for box in (self.temperature, self.top_p, self.repetition_penalty, self.presence_penalty,
+                    self.frequency_penalty):  # fmt: skip
             box.valueChanged.connect(self._on_value)
         for box in (self.top_k, self.max_tokens, self.seed):
             box.valueChanged.connect(self._on_value)
@@ -171,6 +178,8 @@ class SamplingPanel(QWidget):
             max_tokens=self.max_tokens.value(),
             seed=None if seed < 0 else seed,
             repetition_penalty=round(self.repetition_penalty.value(), 2),
+            presence_penalty=round(self.presence_penalty.value(), 2),
+            frequency_penalty=round(self.frequency_penalty.value(), 2),
             overflow=self.overflow.currentData() or OVERFLOW_STOP,
             output=self.output.currentData() or OUTPUT_TEXT,
             json_schema=self._schema,
@@ -180,7 +189,8 @@ class SamplingPanel(QWidget):
     def set_settings(self, settings: ChatSettings) -> None:
         widgets = (self.preset, self.system_prompt, self.temperature, self.top_p, self.top_k, self.max_tokens)
         others = (self.seed, self.repetition_penalty, self.overflow, self.output, self.schema_editor, self.show_tokens)
-        blockers = [QSignalBlocker(w) for w in (*widgets, *others)]
+        penalties = (self.presence_penalty, self.frequency_penalty)
+        blockers = [QSignalBlocker(w) for w in (*widgets, *others, *penalties)]
         if self.system_prompt.toPlainText() != settings.system_prompt:
             self.system_prompt.setPlainText(settings.system_prompt)
         values = (
@@ -190,6 +200,8 @@ class SamplingPanel(QWidget):
             (self.max_tokens, settings.max_tokens),
             (self.seed, -1 if settings.seed is None else settings.seed),
             (self.repetition_penalty, settings.repetition_penalty),
+            (self.presence_penalty, settings.presence_penalty),
+            (self.frequency_penalty, settings.frequency_penalty),
         )
         for box, value in values:
             # setting a box to the value it holds would still rewrite its text ("0" -> "0.00") while the user types

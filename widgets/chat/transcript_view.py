@@ -102,7 +102,8 @@ class TranscriptView(QScrollArea):
         for index, view in enumerate(self._views):
             if bool(view.property("dropped")) != (index in dropped):
                 view.setProperty("dropped", index in dropped)
-                for widget in (view, *view.findChildren(QLabel)):  # the style sheet dims its labels by the property
+                # the style sheet dims its texts by the property
+                for widget in (view, *view.findChildren(QLabel), *view.prose_views):
                     widget.style().unpolish(widget)
                     widget.style().polish(widget)
         runs = [i for i in sorted(dropped) if i < len(self._views) and i - 1 not in dropped]

@@ -37,10 +37,12 @@ class ResultColumn(QFrame):
         self.status = QLabel("waiting for its turn…")
         self.status.setObjectName("compareStatus")
         self.status.setWordWrap(True)
+        self.status.setTextFormat(Qt.TextFormat.PlainText)  # an endpoint's error text is never markup
         self.tokens = TokenView()
         self.diff = QLabel()
         self.diff.setObjectName("compareDiff")
         self.diff.setWordWrap(True)
+        self.diff.setTextFormat(Qt.TextFormat.PlainText)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(8, 6, 8, 6)
         layout.addWidget(self.title)
@@ -112,9 +114,10 @@ class CompareView(QWidget):
             self.add_picker()
 
     # ---- targets ----------------------------------------------------------------------------
-    def set_choices(self, choices: list[tuple[str, str]]) -> None:
-        """(key, label) of every target there is; each picker keeps its choice where it still exists."""
-        self._choices = list(choices)
+    def set_choices(self, choices: list[tuple[str, ...]]) -> None:
+        """(key, label[, short name]) of every target there is; each picker keeps its choice where it still exists.
+        A picker shows the short name (what tells targets apart: "int8 load"), its tooltip the whole label."""
+        self._choices = [(c[0], c[1], c[2] if len(c) > 2 and c[2] else c[1]) for c in choices]
         for index, picker in enumerate(self.pickers):
             self._fill(picker, picker.currentData() or self._default_key(index))
 
@@ -123,10 +126,16 @@ class CompareView(QWidget):
 
     def _fill(self, picker: QComboBox, key: str | None) -> None:
         picker.clear()
-        for choice_key, label in self._choices:
-            picker.addItem(label, choice_key)
+        for choice_key, label, short in self._choices:
+            picker.addItem(short, choice_key)
+            picker.setItemData(picker.count() - 1, label, Qt.ItemDataRole.ToolTipRole)
         found = picker.findData(key)
         picker.setCurrentIndex(found if found >= 0 else 0)
+        self._tip(picker)
+
+    @staticmethod
+    def _tip(picker: QComboBox) -> None:
+        picker.setToolTip(picker.currentData(Qt.ItemDataRole.ToolTipRole) or picker.currentText())
 
     def add_picker(self, key: str | None = None) -> QComboBox | None:
         if len(self.pickers) >= MAX_TARGETS:
@@ -135,6 +144,7 @@ class CompareView(QWidget):
         picker.setObjectName("comparePicker")
         picker.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
         picker.setMinimumContentsLength(14)
+        picker.currentIndexChanged.connect(lambda _i, p=picker: self._tip(p))
         self._fill(picker, key or self._default_key(len(self.pickers)))
         remove = QToolButton()
         remove.setText("✕")
@@ -189,12 +199,14 @@ class CompareView(QWidget):
         if not running:
             self._sync_buttons()
 
-    def begin(self, titles: list[str]) -> list[ResultColumn]:
-        """Fresh columns, one per target, in order."""
+    def begin(self, titles: list[str], tips: list[str] | None = None) -> list[ResultColumn]:
+        """Fresh columns, one per target, in order (`tips`: each target's whole name, for its title's tooltip)."""
         for column in self.columns:
             column.setParent(None)
             column.deleteLater()
         self.columns = [ResultColumn(title) for title in titles]
+        for column, tip in zip(self.columns, tips or titles, strict=True):
+            column.title.setToolTip(tip)
         for column in self.columns:
             self.results.addWidget(column)
         self.results.setSizes([1000] * len(self.columns))

@@ -350,8 +350,8 @@ class DashboardWidget(QWidget):
 
     def changeEvent(self, event) -> None:
         super().changeEvent(event)
-        if event.type() == QEvent.Type.PaletteChange:
-            self.apply_theme()
+        if event.type() in (QEvent.Type.PaletteChange, QEvent.Type.FontChange):
+            self.apply_theme()  # a new font size changes the room the axes need, too
 
     @contained
     def apply_theme(self) -> None:

@@ -8,9 +8,9 @@ from collections.abc import Callable
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QSize
-from PySide6.QtGui import QPalette
-from PySide6.QtWidgets import QFrame, QLabel, QSizePolicy, QVBoxLayout, QWidget
+from PySide6.QtCore import QPointF, QSize
+from PySide6.QtGui import QFont, QFontMetrics, QPalette, QWheelEvent
+from PySide6.QtWidgets import QAbstractScrollArea, QApplication, QFrame, QLabel, QSizePolicy, QVBoxLayout, QWidget
 
 from widgets.dashboard.data.series import WindowView
 from widgets.dashboard.data.theme import DARK, LIGHT, Theme
@@ -52,6 +52,24 @@ class ChartCanvas(pg.GraphicsLayoutWidget):
 
     def sizeHint(self) -> QSize:
         return QSize(360, 180)
+
+    def wheelEvent(self, event) -> None:
+        """No chart zooms (the timer owns the axes): the wheel scrolls the dashboard, over a chart as anywhere else.
+        Handed to the scroll area outright (a graphics view takes wheel events for itself)."""
+        area = self.parentWidget()
+        while area is not None and not isinstance(area, QAbstractScrollArea):
+            area = area.parentWidget()
+        if area is None:
+            event.ignore()
+            return
+        target = area.viewport()
+        position = QPointF(target.mapFromGlobal(event.globalPosition().toPoint()))
+        forwarded = QWheelEvent(
+            position, event.globalPosition(), event.pixelDelta(), event.angleDelta(), event.buttons(),
+            event.modifiers(), event.phase(), event.inverted(),
+        )  # fmt: skip
+        QApplication.sendEvent(target, forwarded)
+        event.accept()
 
 
 class Panel(QFrame):
@@ -120,7 +138,7 @@ def add_plot(layout: pg.GraphicsLayoutWidget, row: int, ylabel: str, xlabel: str
     plot.setLabel("left", ylabel)
     if xlabel:
         plot.setLabel("bottom", xlabel)
-    plot.getAxis("left").setWidth(52)
+    plot.getAxis("left").setWidth(axis_room()[0])
     plot.getViewBox().setLimits(yMin=0)  # counts and durations: never below zero, even when autoranging empty data
     return plot
 
@@ -140,11 +158,25 @@ def legend_label() -> QLabel:
     return label
 
 
+def axis_room(font: QFont | None = None) -> tuple[int, int]:
+    """(left axis width, bottom axis height) that hold tick values up to four digits and the axis title at the
+    font's size: a fixed 52 px let ticks and titles overlap at 16 pt."""
+    metrics = QFontMetrics(font or QApplication.font())
+    return metrics.horizontalAdvance("0000.0") + metrics.height() + 8, 2 * metrics.height() + 6
+
+
 def style_plot(plot: pg.PlotItem, theme: Theme) -> None:
     for name in ("left", "bottom", "right"):
         axis = plot.getAxis(name)
         axis.setPen(pg.mkPen(theme.muted))
         axis.setTextPen(pg.mkPen(theme.foreground))
+    width, height = axis_room()
+    left = plot.getAxis("left")
+    if left.isVisible():
+        left.setWidth(width)
+    bottom = plot.getAxis("bottom")
+    if bottom.style["showValues"]:  # hidden time axes (shared with the plot below) keep their sliver
+        bottom.setHeight(height)
 
 
 def curve_data(item: pg.PlotDataItem) -> tuple[np.ndarray, np.ndarray]:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from html import escape
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel
+from PySide6.QtGui import QFontMetrics
+from PySide6.QtWidgets import QApplication, QComboBox, QHBoxLayout, QLabel
 
 from widgets.dashboard.data.series import WindowView
 from widgets.dashboard.data.stats import chat_latencies, itl_histogram
@@ -14,6 +16,12 @@ from widgets.dashboard.data.theme import chat_colour
 from widgets.dashboard.panel import TIME_LABEL, Panel, add_plot, legend_html, legend_label, set_window, style_plot
 
 ALL_CHATS = "All chats"
+
+
+def nice_step(raw: float) -> float:
+    """The smallest of 1, 2, 5 x 10^k that is at least `raw`."""
+    power = 10 ** math.floor(math.log10(raw)) if raw > 0 else 1.0
+    return next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
 
 
 class StreamingPanel(Panel):
@@ -64,6 +72,26 @@ class StreamingPanel(Panel):
         self.data: dict[str, np.ndarray] = {}
         self.ttft_by_chat: dict[str, np.ndarray] = {}
         self.itl_by_chat: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+
+    def fit_histogram_ticks(self, low: float, high: float) -> None:
+        """As many round ticks as the chart's width holds with a gap between their labels: pyqtgraph's own spacing
+        printed "20004000" on a narrow chart at 10 pt."""
+        axis = self.histogram_plot.getAxis("bottom")
+        span = high - low
+        if span <= 0:
+            axis.setTicks(None)
+            return
+        metrics = QFontMetrics(QApplication.font())
+        label = metrics.horizontalAdvance(f"{max(abs(low), abs(high)):.0f}") + metrics.horizontalAdvance("00")
+        length = axis.width() if axis.width() > 1 else 200
+        step = nice_step(span / max(1, int(length / (label * 1.5))))
+        if step > span:  # not even two labels' room: the ends of the range, roughly
+            step = nice_step(span) / (2 if nice_step(span) / 2 <= span else 1)
+            while step > span:
+                step /= 2
+        first = math.ceil(low / step) * step
+        values = np.arange(first, high + step * 1e-6, step)
+        axis.setTicks([[(float(v), f"{v:g}") for v in values]])
 
     def plots(self) -> list[pg.PlotItem]:
         return [self.latency_plot, self.histogram_plot]
@@ -121,6 +149,8 @@ class StreamingPanel(Panel):
         itl = np.concatenate(all_itl) if all_itl else np.empty(0)
         edges, counts = itl_histogram(itl)
         self.histogram_curve.setData(edges, counts)
+        if len(edges):
+            self.fit_histogram_ticks(float(edges[0]), float(edges[-1]))
         self.data = {
             "itl_s": itl,
             "histogram_edges": edges,

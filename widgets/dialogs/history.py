@@ -23,8 +23,27 @@ from widgets.chat.data import ChatSummary
 Search = Callable[[str], list[ChatSummary]]
 
 
+SNIPPET_CHARS = 90
+
+
 def _when(timestamp: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M", time.localtime(timestamp))
+
+
+def snippet(text: str, query: str, width: int = SNIPPET_CHARS) -> str:
+    """The words around the first match of `query` in `text` on one line ("…around the match…"), or ""."""
+    query = query.strip()
+    at = text.lower().find(query.lower()) if query else -1
+    if at < 0:
+        return ""
+    flat = " ".join(text.split())
+    at = flat.lower().find(query.lower())
+    if at < 0:
+        return ""
+    start = max(0, at - (width - len(query)) // 2)
+    end = min(len(flat), start + width)
+    start = max(0, end - width)
+    return ("…" if start else "") + flat[start:end] + ("…" if end < len(flat) else "")
 
 
 class HistoryDialog(QDialog):
@@ -71,11 +90,14 @@ class HistoryDialog(QDialog):
     def refresh(self) -> None:
         selected = self.selected_chat_id()
         self.list.clear()
-        for chat in self._search(self.query.text()):
+        query = self.query.text()
+        for chat in self._search(query):
             state = " · open" if chat.is_open else ""
-            item = QListWidgetItem(f"{chat.title}\n{chat.message_count} messages · {_when(chat.updated)}{state}")
+            found = snippet(chat.preview, query)  # where the words were found, when it was not the title
+            found = f"\n{found}" if found and query.strip().lower() not in chat.title.lower() else ""
+            item = QListWidgetItem(f"{chat.title}\n{chat.message_count} messages · {_when(chat.updated)}{state}{found}")
             item.setData(Qt.ItemDataRole.UserRole, chat.chat_id)
-            item.setToolTip(chat.preview)
+            item.setToolTip(chat.preview[:300])
             self.list.addItem(item)
             if chat.chat_id == selected:
                 self.list.setCurrentItem(item)

@@ -216,9 +216,24 @@ class ModelPickerDialog(QDialog):
     def _show_estimate(self) -> None:
         if self.estimate_result is None:
             self.estimate_box.clear(self.estimate_error)
-            return
-        free, what = self.advisor.free_memory(self.device.currentText())
-        self.estimate_box.show_estimate(self.estimate_result, self.kv_mib.value() * 1024**2, free, what)
+        else:
+            free, what = self.advisor.free_memory(self.device.currentText())
+            self.estimate_box.show_estimate(self.estimate_result, self.kv_mib.value() * 1024**2, free, what)
+        self._fit_height()
+
+    # ---- size -------------------------------------------------------------------------------
+    def _fit_height(self) -> None:
+        """At least as tall as the wrapped text needs at this width: a dialog's minimum size counts a word-wrapped
+        label as one line, so every estimate that wraps had its second line cut off at the default size."""
+        layout = self.layout()
+        needed = layout.totalHeightForWidth(self.width()) if layout.hasHeightForWidth() else 0
+        if needed and needed != self.minimumHeight():
+            self.setMinimumHeight(needed)  # grows the dialog if it is shorter; a wider one may be shorter again
+
+    def resizeEvent(self, event) -> None:
+        super().resizeEvent(event)
+        if event.oldSize().width() != event.size().width():
+            self._fit_height()
 
     def _update_buttons(self) -> None:
         self.reason.setText(self.problem or "")

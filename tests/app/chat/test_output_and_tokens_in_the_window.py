@@ -78,7 +78,9 @@ def test_token_probabilities_give_each_reply_a_token_view(qtbot, make_window, ig
 def test_the_output_settings_are_kept_with_the_chat(qtbot, make_window) -> None:
     window = make_window(load=False)
     chat = window.tabs.current
-    chat.set_settings(settings(output=OUTPUT_SCHEMA, json_schema=json.dumps(SCHEMA, indent=2), show_tokens=True))
+    chat.set_settings(
+        settings(output=OUTPUT_SCHEMA, json_schema=json.dumps(SCHEMA, indent=2), show_tokens=True, presence_penalty=0.5)
+    )
     second = window.tabs.new_chat(settings(output=OUTPUT_JSON))
     kept = (chat.settings, second.settings)
     window.close()
@@ -87,6 +89,7 @@ def test_the_output_settings_are_kept_with_the_chat(qtbot, make_window) -> None:
     assert (first.settings, other.settings) == kept
     panel = first.panel.sampling
     assert panel.output.currentData() == OUTPUT_SCHEMA and panel.show_tokens.isChecked()
+    assert panel.presence_penalty.value() == 0.5 and first.settings.to_params().presence_penalty == 0.5
     assert panel.schema_editor.toPlainText() == json.dumps(SCHEMA, indent=2)
     assert panel.schema_status.text().startswith("Valid schema")
     assert other.settings.to_params().structured.kind == "json_object"

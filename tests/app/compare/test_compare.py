@@ -127,3 +127,33 @@ def test_stop_ends_every_column(qtbot, make_window) -> None:
         controller.view.stop_button.click()
     assert [f.finish_reason for f in controller.finals] == ["abort", "abort"]
     assert controller.view.run_button.isEnabled()
+
+
+def test_targets_are_named_by_what_differs_and_pickers_show_it(qtbot) -> None:
+    """Defect 5 of the window issue: with three targets every picker read "SmolLM2-135M-Instruct," and nothing else."""
+    from widgets.compare.compare_view import CompareView
+
+    name = "SmolLM2-135M-Instruct"
+    targets = compare_targets(info(name=name), ModelChoice(spec="x"), [], [("remote:x", "m @ gpu")], ["bfloat16"])
+    names = [t.name for t in targets]
+    assert len(set(names)) == len(names) and not any(n.startswith(name) for n in names)
+    assert names[0] == "as loaded (float32, layers bfloat16)" and "int8 load" in names
+    view = CompareView()
+    qtbot.addWidget(view)
+    view.resize(700, 500)
+    view.set_choices([(t.key, t.label, t.name) for t in targets])
+    view.add_picker("variant:auto:int8")
+    shown = [p.currentText() for p in view.pickers]
+    assert len(set(shown)) == len(shown) == 3 and shown[2] == "int8 load"
+    assert view.pickers[2].toolTip() == f"{name}, int8"  # the whole name on hover
+    columns = view.begin([t.name for t in targets[:2]], [t.label for t in targets[:2]])
+    assert columns[1].title.toolTip() == targets[1].label
+
+
+def test_the_diff_counts_tokens_that_came_in_one_step_as_tokens() -> None:
+    """The header said 64 tokens where the diff said "of 63": two accepted draft tokens arrive as one entry."""
+    a = [TokenEntry("The", token_ids=(1,)), TokenEntry(" sea is", token_ids=(2, 3)), TokenEntry(".", token_ids=(4,))]
+    b = [TokenEntry("The", token_ids=(1,)), TokenEntry(" sea is", token_ids=(2, 3)), TokenEntry("!", token_ids=(5,))]
+    result = compare_replies([a, b], ["k", "k"])
+    assert result.summaries[1] == "1 of 4 tokens differ from the first column"
+    assert result.summaries[0].startswith("reference: 1 of 4 tokens")

@@ -4,6 +4,7 @@ token for token, with many requests at once, under preemption, with prefix cachi
 from __future__ import annotations
 
 import pytest
+import torch
 
 from engine.core.config import EngineConfig
 from engine.core.engine import Engine
@@ -125,3 +126,56 @@ def test_speculative_decoding_is_token_exact(embedded_model) -> None:
     assert len(steps) < len(plain.metrics.snapshot().steps)  # fewer steps for the same tokens
     spec.pool.check_invariants()
     assert spec.pool.num_used == 0
+
+
+def reference_penalized_greedy(model, prompt_ids: list[int], max_new_tokens: int, params: SamplingParams) -> list[int]:
+    """A plain reference for OpenAI's penalties: transformers' greedy generate (with its own repetition penalty) and a
+    logits processor that subtracts, per token of the reply so far, frequency x count + presence x (count > 0)."""
+    from transformers import LogitsProcessor, LogitsProcessorList, RepetitionPenaltyLogitsProcessor
+
+    from engine.model.reference import transformers_mode
+
+    class OpenAIPenalties(LogitsProcessor):
+        def __call__(self, input_ids, scores):
+            counts: dict[int, int] = {}
+            for token in input_ids[0, len(prompt_ids) :].tolist():
+                counts[token] = counts.get(token, 0) + 1
+            for token, count in counts.items():
+                scores[0, token] -= params.frequency_penalty * count + params.presence_penalty
+            return scores
+
+    processors = [OpenAIPenalties()]
+    if params.repetition_penalty != 1.0:  # vLLM's order: the repetition penalty first
+        processors.insert(0, RepetitionPenaltyLogitsProcessor(params.repetition_penalty))
+    with transformers_mode(model):
+        ids = torch.tensor([prompt_ids])
+        with torch.inference_mode():
+            out = model.generate(
+                input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens, do_sample=False,
+                pad_token_id=model.config.pad_token_id or 0, logits_processor=LogitsProcessorList(processors),
+            )  # fmt: skip
+    return out[0, len(prompt_ids) :].tolist()
+
+
+PENALTY_TOKENS = 16
+PENALTIES = [
+    SamplingParams(max_tokens=PENALTY_TOKENS, presence_penalty=0.8, frequency_penalty=0.8),
+    SamplingParams(max_tokens=PENALTY_TOKENS, presence_penalty=-2.0),  # negative: repeats favoured
+    SamplingParams(max_tokens=PENALTY_TOKENS, frequency_penalty=2.0, repetition_penalty=1.2),
+]
+
+
+def test_greedy_with_presence_and_frequency_penalties_matches_a_plain_reference(embedded_model, prompt_ids) -> None:
+    """Three penalised requests batched with a free one on the same prompt, in float32: each equals the reference
+    token for token, and the penalties change the replies (so the check can fail)."""
+    prompt = prompt_ids[1]  # the haiku: each of these penalties changes its greedy reply within 16 tokens
+    engine = Engine(embedded_model, EngineConfig())
+    free = engine.add_request(prompt, SamplingParams(max_tokens=PENALTY_TOKENS))
+    requests = [engine.add_request(prompt, params) for params in PENALTIES]
+    run_to_completion(engine)
+    plain = reference_greedy(embedded_model.model, prompt, PENALTY_TOKENS)
+    assert free.output_ids == plain
+    for params, request in zip(PENALTIES, requests, strict=True):
+        expected = reference_penalized_greedy(embedded_model.model, prompt, PENALTY_TOKENS, params)
+        assert request.output_ids == expected, params
+        assert expected != plain, params

@@ -73,3 +73,29 @@ def test_calls_are_parsed_from_a_list_or_a_single_object_and_text_stays_text() -
     rest, calls = parse_calls('Sure. <tool_call>{"name": "get_time", "arguments": {}}</tool_call>')
     assert rest == "Sure." and calls[0].name == "get_time" and calls[0].arguments == "{}"
     assert parse_calls("<tool_call>not json</tool_call>") == ("<tool_call>not json</tool_call>", [])
+
+
+def test_a_forced_call_whose_parameters_refer_to_their_own_defs_compiles_and_is_valid(make_engine) -> None:
+    """pydantic's nested models write "$ref": "#/$defs/Address" (what instructor sends): inside the call's schema that
+    pointed at the grammar's root, and compiling failed ("Pointer '/$defs/Address' does not exist")."""
+    from pydantic import BaseModel, Field
+
+    class Address(BaseModel):  # bounded: the tiny random model writes strings until it is stopped
+        city: str = Field(max_length=8)
+        zip_code: int = Field(ge=0, le=99999)
+
+    class Person(BaseModel):
+        name: str = Field(max_length=8)
+        address: Address
+        previous: list[Address] = Field(max_length=2)
+
+    schema = Person.model_json_schema()
+    person = {"type": "function", "function": {"name": "Person", "parameters": schema}}
+    engine = make_engine()
+    grammar = call_grammar([person, WEATHER], only="Person")
+    request = engine.add_request([5, 9, 11], SamplingParams(max_tokens=300, structured=grammar, temperature=1.0,
+                                                            seed=4))  # fmt: skip
+    run_to_completion(engine)
+    assert request.finish_reason is FinishReason.STOP, engine.tokenizer.decode(request.output_ids)
+    _, calls = parse_calls(engine.tokenizer.decode(request.output_ids, skip_special_tokens=True))
+    Person.model_validate_json(calls[0].arguments)

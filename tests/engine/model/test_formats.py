@@ -197,3 +197,9 @@ def test_which_steps_pick_among_leading_candidates() -> None:
         assert _leading(chunks(greedy, needs_every_logit)) is None
     assert _penalized(chunks(greedy, top_k)) is None
     assert _penalized(chunks(greedy, SamplingParams(repetition_penalty=1.2))) == [[], [3, 4]]
+    # OpenAI's penalties: the reply's own tokens join the exact candidates, and a greedy row gets the margin
+    presence = SamplingParams(presence_penalty=0.5)
+    assert _leading(chunks(presence)) == CANDIDATES + TOP_K_MARGIN
+    replied = chunks(greedy, presence)
+    replied[1].request.output_ids = [9, 7, 9]
+    assert _penalized(replied) == [[], [7, 9]]

@@ -152,3 +152,31 @@ def test_top_k_draws_the_token_the_whole_row_would() -> None:
         few = torch.softmax(kept, dim=-1)
         for uniform in torch.rand(200, generator=generator).tolist():
             assert int(ids[_inverse_cdf(few, uniform)]) == _inverse_cdf(whole, uniform)
+
+
+def test_presence_and_frequency_penalties_follow_openais_formula() -> None:
+    """logit -= frequency x count + presence x (count > 0), over the reply's tokens only (not the prompt's)."""
+    from engine.model.sampler import apply_penalties, penalized_ids
+
+    logits = torch.tensor([1.0, 2.0, 3.0, 4.0])
+    request = Request("a", [0, 0, 0], SamplingParams(presence_penalty=0.5, frequency_penalty=0.25))
+    request.output_ids = [3, 3, 1]
+    out = apply_penalties(logits, request)
+    assert out.tolist() == [1.0, 2.0 - 0.25 - 0.5, 3.0, 4.0 - 0.5 - 0.5]
+    assert logits.tolist() == [1.0, 2.0, 3.0, 4.0]  # input untouched
+    assert penalized_ids(request) == [1, 3]
+    assert penalized_ids(Request("b", [0], SamplingParams(repetition_penalty=1.1))) == [0]
+    with pytest.raises(InvalidRequestError, match="presence penalty"):
+        SamplingParams(presence_penalty=2.5).validate()
+
+
+def test_a_greedy_request_with_penalties_avoids_its_repeats() -> None:
+    sampler = Sampler(seed=0)
+    logits = torch.tensor([[1.0, 3.0, 2.9]])
+    request = Request("a", [0], SamplingParams(frequency_penalty=0.2))
+    assert sampler.sample(logits, [request]) == [[1]]
+    request.output_ids = [1]
+    assert sampler.sample(logits, [request]) == [[2]]  # 3.0 - 0.2 < 2.9
+    boosted = Request("b", [0], SamplingParams(presence_penalty=-0.5))
+    boosted.output_ids = [0]
+    assert sampler.sample(logits, [boosted]) == [[1]]  # 1.0 + 0.5 still below 3.0

@@ -7,6 +7,7 @@ import random
 
 import pytest
 
+from engine.core.tools import parse_calls
 from engine.errors import InvalidRequestError
 from engine.serve.features import parse_features
 from engine.serve.tool_stream import ToolCallStream
@@ -69,8 +70,9 @@ def test_a_streamed_call_comes_out_as_name_then_argument_deltas_however_it_is_cu
         step = rng.randint(1, 6)
         text, new = stream.feed(REPLY[position : position + step])
         content, deltas, position = content + text, deltas + new, position + step
-    content += stream.finish()
-    assert content.strip() == "Sure." and stream.called
+    rest, last = stream.finish()
+    content += rest
+    assert content.strip() == "Sure." and stream.called and last == []
     assert deltas[0]["function"] == {"name": "get_time", "arguments": ""} and deltas[0]["id"].startswith("call_")
     arguments = "".join(d["function"]["arguments"] for d in deltas[1:])
     assert json.loads(arguments) == {"tz": "CET", "note": 'a "quoted" }'}
@@ -80,4 +82,26 @@ def test_text_that_only_looks_like_a_call_stays_text() -> None:
     stream = ToolCallStream()
     text, deltas = stream.feed("a < b and <tool")
     assert text == "a < b and " and deltas == []
-    assert stream.finish() == "<tool" and not stream.called
+    assert stream.finish() == ("<tool", []) and not stream.called
+
+
+FORCED = '<tool_call>[\n{"name": "get_weather", "arguments": {"city": "Paris <3", "unit": "celsius"}}\n]</tool_call>'
+
+
+@pytest.mark.parametrize("cut", range(len(FORCED)))
+def test_a_call_cut_anywhere_reads_the_same_whole_and_streamed_and_is_never_markup(cut: int) -> None:
+    """A reply cut off by max tokens inside a call: parse_calls(cut=True) (whole replies) and the stream agree."""
+    text = FORCED[:cut]
+    rest, calls = parse_calls(text, cut=True)
+    stream = ToolCallStream()
+    content, deltas = stream.feed(text)
+    more, last = stream.finish(cut=True)
+    content, deltas = content + more, deltas + last
+    assert rest == content == ""
+    streamed = [(d["function"]["name"], "") for d in deltas if "id" in d]
+    for delta in deltas:
+        if "id" not in delta:
+            name, arguments = streamed[delta["index"]]
+            streamed[delta["index"]] = (name, arguments + delta["function"]["arguments"])
+    assert streamed == [(c.name, c.arguments) for c in calls]
+    assert [c.name for c in calls] == (["get_weather"] if cut >= FORCED.index('", "arg') + 1 else [])

@@ -139,3 +139,17 @@ def test_allowed_hosts_and_a_small_body_cap(serve) -> None:
 
     streamed = httpx.post(f"{url}/v1/chat/completions", content=chunks(), timeout=LIMIT_S)  # chunked, no length
     assert streamed.status_code == 413
+
+
+def test_the_advertised_and_enforced_context_is_what_the_kv_pool_holds(serve) -> None:
+    """Defect 2 of the window issue: a 352-token KV budget advertised the model's 8,192 and cut a reply that asked
+    for 900 tokens at 318 with `length`, instead of refusing it."""
+    url, worker = serve()  # 64 pages of 4 tokens: 256 tokens, the tiny model's context is 2,048
+    pool = worker.engine.pool_tokens
+    assert pool < worker.engine.context_length
+    models = httpx.get(f"{url}/v1/models", timeout=LIMIT_S).json()["data"]
+    assert models[0]["max_model_len"] == pool
+    response = chat(url, max_tokens=pool, min_tokens=pool - 20)
+    assert response.status_code == 400 and response.json()["error"]["code"] == "context_length_exceeded"
+    assert f"maximum context length is {pool} tokens" in chat(url, max_tokens=pool).json()["error"]["message"]
+    assert chat(url, max_tokens=8).status_code == 200

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from engine.serve.completions_wire import ResponseWriter
 from engine.serve.openai_protocol import ApiError, parse_chat_request, parse_completion_request
-from engine.serve.responses import ResponseWriter
 
 HELLO = [{"role": "user", "content": "hi"}]
 
@@ -41,7 +41,7 @@ def test_completion_prompts() -> None:
 
 @pytest.mark.parametrize(
     "extra",
-    [{"max_tokens": True}, {"temperature": float("nan")}, {"presence_penalty": 0.5}, {"best_of": 2},
+    [{"max_tokens": True}, {"temperature": float("nan")}, {"presence_penalty": 2.5}, {"best_of": 2},
      {"response_format": {"type": "xml"}}, {"functions": [{"name": "f"}]}, {"stop": [""]}, {"top_k": -5},
      {"logprobs": True, "top_logprobs": 21}, {"logit_bias": {"x": 1}}, {"tool_choice": "required"}],
 )  # fmt: skip

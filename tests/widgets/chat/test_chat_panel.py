@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QApplication, QLabel
+from PySide6.QtWidgets import QApplication
 
 from widgets.chat.context import ContextUsage, describe
 from widgets.chat.data import OVERFLOW_ROLLING, OVERFLOW_STOP, ChatMessage, ChatSettings
@@ -36,7 +36,7 @@ def test_typing_while_the_transcript_has_focus_goes_to_the_message_box(qtbot, pa
     assert panel.transcript.hasFocus()
     type_keys(qtbot, "Hello")
     assert panel.input.toPlainText() == "Hello" and panel.input.hasFocus()
-    prose = message.findChildren(QLabel, "prose")[0]  # a click into a reply's text selects it: focus is there
+    prose = message.prose_views[0]  # a click into a reply's text selects it: focus is there
     prose.setFocus()
     QApplication.processEvents()
     assert QApplication.focusWidget() is prose

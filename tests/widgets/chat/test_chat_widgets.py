@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication
-from PySide6.QtWidgets import QLabel, QWidget
+from PySide6.QtWidgets import QWidget
 
 from widgets.chat.data import PRESETS, ChatMessage, ChatSettings
 from widgets.chat.message_input import SEND_CTRL_ENTER, ChatInput
@@ -90,14 +90,14 @@ def test_streaming_updates_blocks_in_place(qtbot) -> None:
     qtbot.addWidget(view)
     message_view = view.append_message(ChatMessage("assistant", ""))
     view.set_streaming_text(0, "Intro text")
-    intro = message_view.findChildren(QLabel, "prose")[0]
+    intro = message_view.prose_views[0]
     view.set_streaming_text(0, "Intro text\n```py\nx = 1")
     qtbot.waitUntil(lambda: bool(message_view.code_views), timeout=2000)  # streaming updates are paced
     code = message_view.code_views[0]
     view.set_streaming_text(0, "Intro text\n```py\nx = 1\ny = 2\n```\nDone.")
     assert message_view.text.endswith("Done.")  # the text at once, its layout at the next paced update
     qtbot.waitUntil(lambda: code.text == "x = 1\ny = 2", timeout=2000)
-    assert message_view.findChildren(QLabel, "prose")[0] is intro
+    assert message_view.prose_views[0] is intro
     assert message_view.code_views[0] is code
 
 
@@ -112,15 +112,16 @@ def test_a_fast_stream_is_laid_out_a_few_times_a_second(qtbot, monkeypatch) -> N
     message_view = view.append_message(ChatMessage("assistant", ""))
     layouts: list[str] = []
     real = module.MessageView.set_content
-    monkeypatch.setattr(module.MessageView, "set_content", lambda self, text: (layouts.append(text), real(self, text)))
+    monkeypatch.setattr(
+        module.MessageView, "set_content", lambda self, text, **kw: (layouts.append(text), real(self, text, **kw))
+    )
     words = [f"word{i}" for i in range(40)]
     for count in range(1, len(words) + 1):
         view.set_streaming_text(0, " ".join(words[:count]))
     assert layouts == ["word0"]
     qtbot.waitUntil(lambda: layouts[-1] == " ".join(words), timeout=2000)
     assert len(layouts) == 2
-    prose = message_view.findChildren(QLabel, "prose")[0]
-    assert prose.text() == " ".join(words)
+    assert message_view.prose_views[0].toPlainText() == " ".join(words)
 
 
 def test_code_blocks_are_monospace_and_copy_to_the_clipboard(qtbot) -> None:
@@ -176,3 +177,25 @@ def test_building_messages_opens_no_stray_windows(qtbot) -> None:
     view.set_busy(False)
     qtbot.wait(50)
     assert host.isActiveWindow()
+
+
+def test_presence_and_frequency_penalties_are_chat_settings(qtbot) -> None:
+    panel = SamplingPanel()
+    qtbot.addWidget(panel)
+    changes: list[ChatSettings] = []
+    panel.settings_changed.connect(changes.append)
+    panel.preset.setCurrentText("precise")
+    panel.presence_penalty.setValue(0.6)
+    panel.frequency_penalty.setValue(-0.4)
+    assert panel.preset.currentText() == "custom"  # a preset has no penalties
+    params = changes[-1].to_params()
+    assert (params.presence_penalty, params.frequency_penalty) == (0.6, -0.4)
+    stored = ChatSettings.from_dict(changes[-1].to_dict())
+    assert (stored.presence_penalty, stored.frequency_penalty) == (0.6, -0.4)
+    panel.preset.setCurrentText("balanced")
+    assert (changes[-1].presence_penalty, changes[-1].frequency_penalty) == (0.0, 0.0)
+    assert panel.presence_penalty.value() == 0.0
+    # a hand-edited or older store: out of range is clamped, nonsense is off
+    odd = ChatSettings.from_dict({"presence_penalty": 7, "frequency_penalty": "lots"})
+    assert (odd.presence_penalty, odd.frequency_penalty) == (2.0, 0.0)
+    assert ChatSettings.from_dict({}).to_params().presence_penalty == 0.0

@@ -152,3 +152,16 @@ def test_a_reply_shows_its_tokens_with_probabilities_on_demand(qtbot) -> None:
     assert "probability 49.7%" in tip and '“"b”: 60.7%' in tip and '“"a”: 49.7%' in tip
     qtbot.mouseClick(view.tokens_button, Qt.MouseButton.LeftButton)
     assert not view.token_view.isVisible() and all(widget.isVisible() for _kind, widget in view._blocks)
+
+
+def test_the_schema_editor_refuses_what_the_engine_would_refuse_at_any_depth(qtbot) -> None:
+    """Defect 3 of the window issue: an unknown type one level down was approved, then every send failed."""
+    panel, _emitted = _panel(qtbot)
+    _choose(panel, OUTPUT_SCHEMA)
+    panel.schema_editor.setPlainText('{"type":"object","properties":{"city":{"type":"strin"}}}')
+    assert panel.schema_status.objectName() == "schemaError"
+    assert "Invalid type: strin" in panel.schema_status.text() and not panel.schema_status.text().startswith("Valid")
+    assert panel.settings().to_params().structured is None  # never sent
+    deep = {"type": "object", "properties": {"a": {"type": "array", "items": {"$ref": "#/$defs/missing"}}}}
+    assert "missing" in schema_problem(json.dumps(deep))
+    assert schema_problem(json.dumps({"type": "object", "properties": {"city": {"type": "string"}}})) is None

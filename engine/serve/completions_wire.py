@@ -1,4 +1,5 @@
-"""The OpenAI wire format's answers: whole responses, stream chunks, usage, finish reasons."""
+"""The wire format of the chat completions and completions APIs' answers: whole responses, stream chunks, usage, finish
+reasons (the Responses API's are in responses_api.py)."""
 
 from __future__ import annotations
 
@@ -123,7 +124,7 @@ class ResponseWriter:
         tool_calls: list[dict] | None = None,
     ) -> dict:
         if self.kind == "chat":
-            delta: dict = {"role": "assistant", "content": text or ""} if first else {}
+            delta: dict = {"role": "assistant", "content": text} if first else {}
             if not first and text:
                 delta["content"] = text
             if tool_calls:

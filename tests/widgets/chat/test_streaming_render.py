@@ -1,0 +1,100 @@
+"""What keeps streaming cheap for the UI thread: the growing paragraph is appended to (never re-set), a layout pass
+happens only when a reply grows by a line, heights are measured once per width, a hidden tab waits until shown."""
+
+from __future__ import annotations
+
+from PySide6.QtWidgets import QTabWidget
+
+from engine.types import FinishReason
+from widgets.chat.data import ASSISTANT, ChatMessage
+from widgets.chat.prose_view import ProseView, SafeDocument
+from widgets.chat.transcript_view import TranscriptView
+
+WORDS = [f"word{i}" for i in range(60)]
+
+
+def test_a_growing_paragraph_is_appended_to_not_set_again(qtbot) -> None:
+    view = ProseView()
+    qtbot.addWidget(view)
+    view.resize(400, 100)
+    view.show()
+    changes: list[tuple[int, int, int]] = []
+    view.stream_markdown("Intro **bold**.\n\nThe open paragraph")
+    view.document().contentsChange.connect(lambda pos, removed, added: changes.append((pos, removed, added)))
+    before = view.document().characterCount()
+    view.stream_markdown("Intro **bold**.\n\nThe open paragraph grows")
+    assert changes == [(before - 1, 0, len(" grows"))]  # inserted where the document ends; nothing removed
+    assert "bold" in view.toPlainText() and "**" not in view.toPlainText()  # the closed paragraph was rendered
+
+
+def test_a_closed_paragraph_is_rendered_once_and_the_rest_is_left_alone(qtbot) -> None:
+    view = ProseView()
+    qtbot.addWidget(view)
+    view.stream_markdown("First *para*.\n\nSecond")
+    rendered_end = view._tail_start
+    changes: list[int] = []
+    view.document().contentsChange.connect(lambda pos, removed, added: changes.append(pos))
+    view.stream_markdown("First *para*.\n\nSecond **one**.\n\nThird")
+    assert changes and min(changes) >= rendered_end - 1  # the first paragraph was not touched
+    assert view.toPlainText().split("\n")[:2] == ["First para.", "Second one."]
+
+
+def test_the_transcript_is_laid_out_only_when_a_reply_grows_by_a_line(qtbot, monkeypatch) -> None:
+    transcript = TranscriptView()
+    qtbot.addWidget(transcript)
+    transcript.resize(700, 500)
+    transcript.show()
+    view = transcript.append_message(ChatMessage(ASSISTANT, ""))
+    qtbot.wait(50)
+    fits: list[int] = []
+    real = TranscriptView._fit_page
+    monkeypatch.setattr(TranscriptView, "_fit_page", lambda self: (fits.append(1), real(self)))
+    for count in range(1, len(WORDS) + 1):
+        view.set_content(" ".join(WORDS[:count]), streaming=True)
+        qtbot.wait(1)  # the layout request of this update, if any, is handled now
+    assert 0 < len(fits) < len(WORDS) // 3, len(fits)  # a handful of new lines, not one pass per word
+
+
+def test_heights_are_measured_once_per_width_until_the_text_changes(qtbot, monkeypatch) -> None:
+    view = ProseView()
+    qtbot.addWidget(view)
+    view.set_markdown("A paragraph long enough to wrap at a narrow width. " * 6)
+    clones: list[int] = []
+    real = SafeDocument.clone
+    monkeypatch.setattr(SafeDocument, "clone", lambda self, *a: (clones.append(1), real(self, *a))[1])
+    first = view.heightForWidth(180)
+    assert view.heightForWidth(180) == first and view.heightForWidth(180) == first
+    assert len(clones) == 1 and view.heightForWidth(600) < first and len(clones) == 2
+    view.set_markdown("Short.")
+    assert view.heightForWidth(180) < first and len(clones) == 3
+
+
+def test_a_reply_in_a_background_tab_is_shown_when_its_tab_is(qtbot) -> None:
+    tabs = QTabWidget()
+    qtbot.addWidget(tabs)
+    front, back = TranscriptView(), TranscriptView()
+    tabs.addTab(front, "front")
+    tabs.addTab(back, "back")
+    tabs.resize(600, 400)
+    tabs.show()
+    view = back.append_message(ChatMessage(ASSISTANT, ""))
+    back.set_streaming_text(0, "Written while nobody looks")
+    assert view.text == "Written while nobody looks"  # the reply itself is current
+    assert view.prose_views == [] or view.prose_views[0].toPlainText() == ""  # nothing laid out unseen
+    tabs.setCurrentIndex(1)
+    qtbot.waitUntil(lambda: bool(view.prose_views) and view.prose_views[0].toPlainText() == view.text, timeout=2000)
+
+
+def test_a_finished_reply_is_rendered_whole_once(qtbot) -> None:
+    transcript = TranscriptView()
+    qtbot.addWidget(transcript)
+    view = transcript.append_message(ChatMessage(ASSISTANT, ""))
+    text = "1. one\n\n2. two\n\nend"
+    for end in range(1, len(text) + 1):
+        view.set_content(text[:end], streaming=True)
+    assert view.prose_views[0].streamed
+    view.set_message(ChatMessage(ASSISTANT, text, finish_reason=FinishReason.STOP))
+    prose = view.prose_views[0]
+    assert not prose.streamed and prose.source == text
+    lists = {prose.document().findBlockByNumber(i).textList() for i in range(2)}
+    assert len(lists) == 1 and None not in lists  # a loose list is one list once the reply is whole
