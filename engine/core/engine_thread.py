@@ -134,6 +134,9 @@ class EngineThread:
         if prompt_ids is None:
             prompt_ids = self.engine.encode(prompt=prompt, messages=messages, raw=raw, tools=tools)
         self.engine.check_request(prompt_ids, params)
+        # the grammar's matcher is made here too: its compile (or a compile again, if the cache let it go) is the
+        # caller's time, never a step's
+        matcher = self.engine.grammars.matcher(params.structured) if params.structured is not None else None
         request_id = request_id or new_request_id()
         handle = RequestHandle(self.cancel, request_id, len(prompt_ids), watchdog=self.health)
         arrival = time.monotonic()
@@ -143,7 +146,9 @@ class EngineThread:
             self._adding -= 1
             self._handles.add(request_id, handle)
             try:
-                self.engine.add_request(ids, params, request_id=request_id, tag=tag, arrival_time=arrival)
+                self.engine.add_request(
+                    ids, params, request_id=request_id, tag=tag, arrival_time=arrival, matcher=matcher
+                )
             except Exception as exc:  # validated already; anything left is reported on the handle
                 self._handles.remove(request_id)
                 now = time.monotonic()

@@ -39,9 +39,10 @@ DISCONNECT_POLL_S = 0.1  # how soon a vanished client's whole (non-streamed) rep
 
 
 def _blamed(param: str | None, gen: GenerationRequest) -> str | None:
-    """The request field an engine error names: a grammar is the response format's, or a forced call's tools."""
+    """The request field an engine error names: a grammar is the field's that asked for it (response_format, a
+    guided_* field, structured_outputs, or a forced call's tools)."""
     if param == "structured":
-        return "tools" if gen.tools else "response_format"
+        return gen.structured_param or ("tools" if gen.tools else "response_format")
     return param
 
 
@@ -197,8 +198,11 @@ class ApiServer:
             self.active.pop(handle.request_id, None)
 
     @staticmethod
-    def failure(event: TokenEvent) -> ApiError | None:
-        """Why a finished request has no proper answer: the engine failed, or the server cancelled it."""
+    def failure(event: TokenEvent, gen: GenerationRequest) -> ApiError | None:
+        """Why a finished request has no proper answer: its own part the engine gave up on (its grammar: a 400
+        naming the field), the engine failed, or the server cancelled it."""
+        if event.finish_reason is FinishReason.ERROR and event.error_param is not None:
+            return bad_request(event.error or "the request cannot be completed", _blamed(event.error_param, gen))
         if event.finish_reason is FinishReason.ERROR:
             return ApiError(500, event.error or "the engine failed", type="server_error")
         if event.finish_reason is FinishReason.ABORT:
@@ -233,7 +237,7 @@ class ApiServer:
         finally:
             watcher.cancel()
         assert final is not None
-        failure = self.failure(final)
+        failure = self.failure(final, gen)
         if failure is not None:
             raise failure
         text, reason, calls = "".join(parts), final.finish_reason, None
@@ -282,7 +286,7 @@ class ApiServer:
                     yield _sse(writer.chunk(text, with_usage=with_usage, logprobs=event.logprobs, tool_calls=deltas))
                 if not event.finished:
                     continue
-                failure = self.failure(event)
+                failure = self.failure(event, gen)
                 if failure is not None:
                     yield _sse(failure.body())
                     break

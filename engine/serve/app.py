@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import sys
 import uuid
 from collections.abc import Sequence
 
@@ -19,7 +20,7 @@ from engine.core.engine_thread import EngineThread
 from engine.serve.api_server import ApiServer
 from engine.serve.event_bridge import AsyncEventBridge
 from engine.serve.guards import BodyLimit, HostGuard
-from engine.serve.limits import ServeLimits, json_depth_within
+from engine.serve.limits import ServeLimits, json_depth_within, lone_surrogate_field
 from engine.serve.openai_protocol import (
     ApiError,
     GenerationRequest,
@@ -44,8 +45,16 @@ async def _json_body(request: Request, limits: ServeLimits) -> object:
         raise bad_request("the request body is not UTF-8 text") from None
     except RecursionError:  # the parser's own guard, far deeper than ours
         raise too_deep from None
+    except ValueError:  # an integer past Python's int-string limit (4,300 digits): no field needs one
+        raise bad_request(
+            f"the request body holds a number with more than {sys.get_int_max_str_digits()} digits"
+        ) from None
     if not json_depth_within(body, limits.max_json_depth):
         raise too_deep
+    found, field = lone_surrogate_field(body)
+    if found:
+        where = f"'{field}'" if field else "the request body"
+        raise bad_request(f"{where} holds a lone surrogate (\\uD800-\\uDFFF alone is not text)", field)
     return body
 
 
