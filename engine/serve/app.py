@@ -106,7 +106,7 @@ def create_app(
     authorized = [Depends(server.check_key)]
     _answer_errors_in_openai_shape(app)
     # the last added runs first: the Host check refuses before a byte of the body is read
-    app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes)
+    app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes, timeout_s=limits.body_timeout_s)
     if allowed_hosts is not None:
         app.add_middleware(HostGuard, allowed=allowed_hosts)
 

@@ -24,6 +24,7 @@ class ServeLimits:
     max_stop: int = 16  # stop strings per request (OpenAI allows 4)
     max_stop_chars: int = 256  # characters per stop string
     max_waiting: int = 256  # API requests waiting for their first token; 429 with Retry-After above
+    body_timeout_s: int = 30  # a request's whole body arrives within this after its head, or 408 and the end of it
     retry_after_s: int = 1
 
     def check(self) -> None:
