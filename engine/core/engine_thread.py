@@ -97,6 +97,12 @@ class EngineThread:
             return f"the engine has made no progress for {stalled:.0f} s while requests wait"
         return None
 
+    def started(self, request_id: str) -> bool:
+        """Whether the engine has scheduled the request at least once (a cheap read from any thread): False while it
+        waits in the queue, or before it is added."""
+        request = self.engine.requests.get(request_id)
+        return request is not None and request.first_scheduled_time is not None
+
     @property
     def num_waiting(self) -> int:
         """Requests not yet running: queued in the scheduler or not yet added (a cheap read from any thread)."""

@@ -55,6 +55,18 @@ def _sse(obj: dict | str) -> str:
     return f"data: {obj if isinstance(obj, str) else json.dumps(obj, ensure_ascii=False)}\n\n"
 
 
+async def _errors_said_in_stream(chunks: AsyncIterator[str]) -> AsyncIterator[str]:
+    """The chunks; an ApiError raised once the stream has begun (it waited too long in the queue, its client stopped
+    reading) is said in the stream, in OpenAI's shape, before [DONE]."""
+    try:
+        async with contextlib.aclosing(chunks):
+            async for chunk in chunks:
+                yield chunk
+    except ApiError as exc:
+        yield _sse(exc.body())
+        yield _sse("[DONE]")
+
+
 class ApiServer:
     """The routes' shared state: the engine thread, the name clients call the model by, the optional key."""
 
@@ -191,7 +203,8 @@ class ApiServer:
     async def events(self, handle: RequestHandle, queue: asyncio.Queue) -> AsyncIterator[TokenEvent]:
         assert self.bridge is not None
         try:
-            async with contextlib.aclosing(self.bridge.stream(handle, queue)) as events:
+            stream = self.bridge.stream(handle, queue, queue_wait_s=self.limits.max_queue_wait_s)
+            async with contextlib.aclosing(stream) as events:
                 async for event in events:
                     yield event
         finally:
@@ -254,7 +267,7 @@ class ApiServer:
         # The background task runs after the response, even when the client left before the first chunk and the
         # generator never started (its own cleanup would then never run).
         return StreamingResponse(
-            self._sse_events(gen, writer, handle, queue),
+            _errors_said_in_stream(self._sse_events(gen, writer, handle, queue)),
             media_type="text/event-stream",
             headers=headers,
             background=BackgroundTask(self.release, handle),

@@ -91,7 +91,7 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
-        server.bridge = AsyncEventBridge(worker, asyncio.get_running_loop())
+        server.bridge = AsyncEventBridge(worker, asyncio.get_running_loop(), max_backlog=limits.stream_backlog)
         # the grammar engine's view of the tokenizer takes ~0.3 s to build (embedded model): built while the server
         # starts, not in the first structured request's time to first token
         await asyncio.to_thread(worker.engine.grammars.warm)

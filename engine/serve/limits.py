@@ -24,6 +24,10 @@ class ServeLimits:
     max_stop: int = 16  # stop strings per request (OpenAI allows 4)
     max_stop_chars: int = 256  # characters per stop string
     max_waiting: int = 256  # API requests waiting for their first token; 429 with Retry-After above
+    #: seconds an API request may wait in the queue before it starts; then 429 (queue_timeout), and it is dropped
+    max_queue_wait_s: int = 120
+    #: chunks a stream may have waiting unread (its client not reading); then it is ended and its slot freed
+    stream_backlog: int = 256
     body_timeout_s: int = 30  # a request's whole body arrives within this after its head, or 408 and the end of it
     retry_after_s: int = 1
 
