@@ -7,6 +7,7 @@ from PySide6.QtCore import QSettings, Qt, QTimer
 from PySide6.QtWidgets import QMainWindow, QMenu
 
 from app.hosting.experiments_controller import ExperimentController, build_experiments_menu
+from app.setting_values import number, read_setting
 from widgets.chat.panel import CHAT_MIN_WIDTH
 from widgets.dashboard.dashboard import WINDOWS, DashboardWidget
 from widgets.dashboard.data.series import MemoryInfo
@@ -135,7 +136,7 @@ def _restore(dashboard: DashboardWidget, settings: QSettings) -> None:
     """Window and hidden panels as the user left them; saved again whenever they change."""
     settings.beginGroup(SETTINGS_GROUP)
     try:
-        seconds = float(settings.value("window_s", 30.0))
+        seconds = read_setting(settings, "window_s", 30.0, number(1, 86_400))
         hidden = settings.value("hidden_panels", [])
     finally:
         settings.endGroup()
