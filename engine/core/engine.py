@@ -12,7 +12,7 @@ import torch
 
 from engine.core.config import EngineConfig, step_tokens_for
 from engine.core.drafter import Drafter
-from engine.core.grammar import Grammars
+from engine.core.grammar import Grammars, Matcher
 from engine.core.metrics import MetricsRecorder, PageMap, StepRecord
 from engine.core.outputs import OutputProcessor
 from engine.core.page_pool import PagePool
@@ -167,8 +167,9 @@ class Engine:
     ) -> list[int]:
         return encode_prompt(self.tokenizer, prompt=prompt, messages=messages, raw=raw, tools=tools)
 
-    def check_request(self, prompt_ids: Sequence[int], params: SamplingParams) -> None:
-        """Refuse what can never run, with a message for the user. Safe to call from any thread."""
+    def check_request(self, prompt_ids: Sequence[int], params: SamplingParams, *, grammar: bool = True) -> None:
+        """Refuse what can never run, with a message for the user. Safe to call from any thread. grammar=False: the
+        caller has the request's matcher already (its grammar was checked when it was made)."""
         params.validate()
         if not prompt_ids:
             raise InvalidRequestError("the prompt is empty")
@@ -180,8 +181,8 @@ class Engine:
             )
         if any(not 0 <= t < self.vocab_size for t, _ in params.logit_bias):
             raise InvalidRequestError(f"logit bias token ids must be in [0, {self.vocab_size})", param="logit_bias")
-        if params.structured is not None:
-            self.grammars.matcher(params.structured)  # compiled (and cached) now: a bad schema is the caller's error
+        if params.structured is not None and grammar:
+            self.grammars.check(params.structured)  # compiled (and cached) now: a bad schema is the caller's error
         if len(prompt_ids) + 1 > self.pool_tokens:
             raise PromptTooLongError(
                 f"the prompt has {len(prompt_ids)} tokens but the KV cache holds only {self.pool_tokens}; "
@@ -195,14 +196,17 @@ class Engine:
         request_id: str | None = None,
         tag: str = "",
         arrival_time: float | None = None,
+        matcher: Matcher | None = None,
     ) -> Request:
+        """matcher: the request's grammar matcher, made by the caller (EngineThread.submit makes it in the caller's
+        thread, so a grammar evicted from the cache meanwhile is never compiled in the engine's)."""
         params = params or SamplingParams()
-        self.check_request(prompt_ids, params)
+        self.check_request(prompt_ids, params, grammar=matcher is None)
         request = Request(request_id or new_request_id(), list(prompt_ids), params, tag=tag)
         if arrival_time is not None:
             request.arrival_time = arrival_time
         if params.structured is not None:
-            request.matcher = self.grammars.matcher(params.structured)
+            request.matcher = matcher or self.grammars.matcher(params.structured)
         if request.request_id in self.requests:
             raise InvalidRequestError(f"request id {request.request_id!r} is already in use")
         self.requests[request.request_id] = request
