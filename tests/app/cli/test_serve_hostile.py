@@ -4,8 +4,10 @@ once (no 5xx, no dropped connection), bodies are refused before they are read wh
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
+import threading
 from urllib.parse import urlsplit
 
 import httpx
@@ -24,12 +26,26 @@ def raw_exchange(server: ServedStudio, head: str, body_parts: list[bytes] = ()) 
     closes the connection (the request asks it to). Returns status, headers and the JSON body."""
     parts = urlsplit(server.url)
     with socket.create_connection((parts.hostname, parts.port), timeout=HANG_LIMIT_S) as sock:
-        sock.sendall(head.encode())
-        for part in body_parts:
-            sock.sendall(part)
+
+        def send() -> None:
+            # a server that refuses a body answers and closes while the rest is still on its way: stop sending then
+            with contextlib.suppress(OSError):
+                sock.sendall(head.encode())
+                for part in body_parts:
+                    sock.sendall(part)
+
+        # read while sending, as an HTTP client does: the server's close with body bytes unread resets the
+        # connection, and a reader that only starts once everything was sent may find its answer gone with it
+        sender = threading.Thread(target=send, daemon=True)
+        sender.start()
         data = b""
-        while chunk := sock.recv(65536):
-            data += chunk
+        try:
+            while chunk := sock.recv(65536):
+                data += chunk
+        except ConnectionResetError:
+            if b"\r\n\r\n" not in data:
+                raise
+        sender.join(HANG_LIMIT_S)
     header_text, _, body = data.partition(b"\r\n\r\n")
     lines = header_text.decode().split("\r\n")
     status = int(lines[0].split()[1])
