@@ -45,8 +45,10 @@ def column_widths(natural: Sequence[float], minimum: Sequence[float], available:
         return []
     total = sum(natural)
     if total <= available:
-        return [n + (available - total) * n / total for n in natural] if total else [available / len(natural)] * len(
-            natural
+        return (
+            [n + (available - total) * n / total for n in natural]
+            if total
+            else [available / len(natural)] * len(natural)
         )
     floor = sum(minimum)
     if floor <= available:

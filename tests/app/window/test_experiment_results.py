@@ -10,9 +10,9 @@ from app.window.dashboard_setup import install_studio_dashboard
 
 CAPACITY_COLUMNS = ["chat length", "pages each", "fit in 48", "that many", "one more"]
 CAPACITY_ROWS = [
-    ["64 tokens", "4", "12", "12 at once: no preemption", "13: 2 preemptions"],
-    ["128 tokens", "8", "6", "6 at once: no preemption", "7: 1 preemption"],
-    ["256 tokens", "16", "3", "3 at once: no preemption", "4: 1 preemption"],
+    ["64 tokens", "4", "12", "12 need 48 of 48 pages: no preemption", "13 need 52 of 48 pages: 2 preemptions"],
+    ["128 tokens", "8", "6", "6 need 48 of 48 pages: no preemption", "7 need 56 of 48 pages: 15 preemptions"],
+    ["256 tokens", "16", "3", "3 need 48 of 48 pages: no preemption", "4 need 64 of 48 pages: 51 preemptions"],
 ]
 
 
