@@ -39,23 +39,33 @@ def layout_height(layout: QTextLayout) -> float:
 def column_widths(natural: Sequence[float], minimum: Sequence[float], available: float) -> list[float]:
     """Column widths within `available`, the way HTML tables share width: every column its natural (unwrapped)
     width when all fit, spare width shared in proportion; else each its longest word and the rest shared by how
-    much each would still like; else (too narrow even for that) in proportion to the longest words, which then
-    break inside."""
+    much each would still like; else (too narrow even for that) the columns whose longest word fits a fair share
+    keep it whole and the others share what is left, breaking inside their longest words."""
     if not natural:
         return []
     total = sum(natural)
     if total <= available:
-        return (
-            [n + (available - total) * n / total for n in natural]
-            if total
-            else [available / len(natural)] * len(natural)
-        )
+        if total <= 0:
+            return [available / len(natural)] * len(natural)
+        return [n + (available - total) * n / total for n in natural]
     floor = sum(minimum)
     if floor <= available:
         wants = [n - m for n, m in zip(natural, minimum, strict=True)]
         spare = available - floor
         return [m + spare * w / sum(wants) for m, w in zip(minimum, wants, strict=True)]
-    return [available * m / floor for m in minimum]
+    widths: list[float | None] = [None] * len(minimum)
+    left = available
+    while True:
+        open_columns = [c for c, w in enumerate(widths) if w is None]
+        share = left / sum(minimum[c] for c in open_columns)
+        whole = [c for c in open_columns if share >= 1 or minimum[c] <= left / len(open_columns)]
+        if not whole or len(whole) == len(open_columns):
+            for c in open_columns:
+                widths[c] = minimum[c] * min(1.0, share)
+            return [float(w) for w in widths]  # type: ignore[arg-type]
+        for c in whole:
+            widths[c] = minimum[c]
+            left -= minimum[c]
 
 
 class ResultsTable(QWidget):
