@@ -50,8 +50,10 @@ class ToolbarFit(QObject):
         self._full_need: int | None = None  # the width the full labels took at the current font
         self._busy = False
         toolbar.installEventFilter(self)
-        self._style = OverflowStyle(toolbar)  # kept: a widget does not own the style it is given
-        toolbar.setStyle(self._style)
+        style = OverflowStyle(toolbar)
+        # a widget does not own the style it is given: the application does, so it outlives every toolbar using it
+        style.setParent(QApplication.instance())
+        toolbar.setStyle(style)
         extension = toolbar.findChild(QToolButton, EXTENSION)
         if extension is not None:  # Qt's faint » alone went unnoticed: it says what it holds
             extension.setText(MORE)
