@@ -8,12 +8,10 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
 PACKAGING_STAMP := $(VENV)/.packaging-installed
-# `make package PRECONVERT=yes` ships the embedded model already converted (bigger download, faster first start).
-PRECONVERT ?= no
 # `make package DEB_COMPRESSION=zstd`: a .deb in a minute instead of ten, ~20 % larger (xz is for releases).
 DEB_COMPRESSION ?= xz
 
-.PHONY: setup run test lint soak bench bench-models package package-test clean
+.PHONY: setup run test lint soak bench bench-models bench-models-7b package package-test clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -54,15 +52,24 @@ $(BENCH_STAMP): $(STAMP)
 bench: $(BENCH_STAMP)
 	$(VENV)/bin/inference-studio bench $(ARGS)
 
-# How cost grows with the model: random-weight models of Qwen2.5-0.5B's and 1.5B's shapes, written once (about
-# 1 and 3.5 GB under the user cache), single and chat16 through the server, beside transformers and llama.cpp's
-# server. About 40 minutes on 2 cores; SCALE shrinks the token counts.
+# Workstation sizes: random-weight models with the shapes of Qwen2.5 0.5B, 1.5B and 3B (the embedded model's
+# vocabulary), written once under the user cache as GGUF files in llama.cpp's Q4_K_M mix (0.3, 0.9 and 1.8 GB), each
+# started cold by `inference-studio serve` and by llama.cpp's server: time to first answer, resident memory, disk
+# written, then single and chat16 through each server. SCALE shrinks the token counts; MEMORY_CAP_GIB stops a server
+# whose resident memory passes it (default: 90 % of this machine's memory; 0: none).
 SCALE ?= 0.5
+MEMORY_CAP_GIB ?=
+BENCH_MODELS_ARGS = --via server --workload single --workload chat16 --scale $(SCALE) \
+	$(if $(MEMORY_CAP_GIB),--memory-cap-gib $(MEMORY_CAP_GIB))
 bench-models: $(BENCH_STAMP)
-	$(VENV)/bin/inference-studio bench --synthetic qwen2-0.5b --workload single --workload chat16 \
-		--via server,thread --baselines static,llama-cpp-server --scale $(SCALE) --json bench-qwen2-0.5b.json $(ARGS)
-	$(VENV)/bin/inference-studio bench --synthetic qwen2-1.5b --workload single --workload chat16 \
-		--via server,thread --baselines static,llama-cpp-server --scale $(SCALE) --json bench-qwen2-1.5b.json $(ARGS)
+	for shape in qwen2-0.5b qwen2-1.5b qwen2-3b; do \
+		$(VENV)/bin/inference-studio bench --synthetic $$shape $(BENCH_MODELS_ARGS) --json bench-$$shape.json $(ARGS) \
+			|| exit 1; \
+	done
+
+# The same for the Qwen2.5-7B shape: 4.2 GB written once (minutes), a 16 GB workstation's model.
+bench-models-7b: $(BENCH_STAMP)
+	$(VENV)/bin/inference-studio bench --synthetic qwen2-7b $(BENCH_MODELS_ARGS) --json bench-qwen2-7b.json $(ARGS)
 
 $(PACKAGING_STAMP): $(STAMP) packaging/requirements.txt
 	$(PIP) install --quiet -r packaging/requirements.txt
@@ -70,7 +77,7 @@ $(PACKAGING_STAMP): $(STAMP) packaging/requirements.txt
 
 # The installers: the PyInstaller bundle in dist/, and on Linux the .deb and .tar.gz (incremental; see packaging/).
 package: $(PACKAGING_STAMP)
-	nice -n 10 $(PY) packaging/build.py --preconvert $(PRECONVERT) --deb-compression $(DEB_COMPRESSION) $(PACKAGE_ARGS)
+	nice -n 10 $(PY) packaging/build.py --deb-compression $(DEB_COMPRESSION) $(PACKAGE_ARGS)
 
 # Installs the .deb into a temporary root (dpkg -x) and runs the installed studio offline: --version, --self-test,
 # generate (also nf4), serve (about 3 minutes once the packages exist, so not part of `make test`).

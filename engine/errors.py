@@ -17,6 +17,10 @@ class UnsupportedOptionError(StudioError):
     """A dtype, quantization or device that cannot work on this machine or with this model."""
 
 
+class ModelTooLargeError(StudioError):
+    """The model would not fit in the memory free now: refused before loading (instead of the OS killing us)."""
+
+
 class HubError(StudioError):
     """The model hub could not be reached or refused the request."""
 

@@ -36,4 +36,4 @@ def start_engine(options: EngineOptions, progress: Progress | None = None, loade
         compiled_step.ensure_loaded(progress)  # the first start compiles it; the runner then finds it loaded
     if progress is not None:
         progress("allocating the KV cache")
-    return Engine(loaded, options.config)
+    return Engine(loaded, options.config, progress)

@@ -13,6 +13,12 @@ from engine.errors import InvalidRequestError
 _ids = itertools.count(1)
 #: seeds a torch generator takes: 64 bits, signed or not
 SEED_MIN, SEED_MAX = -(2**63), 2**64 - 1
+#: a temperature below this is greedy (vLLM's epsilon): dividing logits by 1e-40 overflows to inf, and softmax of inf
+#: is NaN, which picked the last token of the vocabulary every time (through any grammar's mask)
+GREEDY_BELOW = 1e-5
+#: repetition penalties outside this range break the arithmetic (1e-300 turns every seen token's logit into inf)
+#: or mean nothing a user could want; HF's own advice is 1.0-1.5
+REPETITION_PENALTY_MIN, REPETITION_PENALTY_MAX = 0.01, 100.0
 
 
 def new_request_id() -> str:
@@ -76,7 +82,7 @@ class SamplingParams:
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0.0
+        return self.temperature < GREEDY_BELOW
 
     @property
     def penalized(self) -> bool:
@@ -97,8 +103,11 @@ class SamplingParams:
             bad(f"top-k must be 0 (off) or positive, not {self.top_k}")
         if not (0.0 <= self.min_p < 1.0):
             bad(f"min-p must be in [0, 1), not {self.min_p}")
-        if not math.isfinite(self.repetition_penalty) or self.repetition_penalty <= 0:
-            bad(f"repetition penalty must be positive, not {self.repetition_penalty}")
+        if not REPETITION_PENALTY_MIN <= self.repetition_penalty <= REPETITION_PENALTY_MAX:  # NaN fails too
+            bad(
+                f"repetition penalty must be from {REPETITION_PENALTY_MIN:g} to {REPETITION_PENALTY_MAX:g}, "
+                f"not {self.repetition_penalty}"
+            )
         for name in ("presence_penalty", "frequency_penalty"):
             value = getattr(self, name)
             if not math.isfinite(value) or not -PENALTY_LIMIT <= value <= PENALTY_LIMIT:
@@ -165,6 +174,8 @@ class TokenEvent:
     error: str | None = None
     logprobs: list[TokenLogprob] | None = None  # one per token, when the request asked for them
     tool_calls: list[dict] | None = None  # OpenAI-shaped calls a remote endpoint reported, on the finishing event
+    #: the request's own part at fault where an error is the request's (its grammar: "structured"), else None
+    error_param: str | None = None
 
 
 EventListener = Callable[[list[TokenEvent]], None]

@@ -9,7 +9,6 @@ import json
 import logging
 import os
 import platform
-import shutil
 import subprocess
 import sys
 import time
@@ -29,19 +28,13 @@ BUNDLE = DIST / NAME
 FINGERPRINT = BUILD / "bundle.fingerprint"
 # What the bundle is made of: a change in any of these rebuilds it; nothing else does.
 SOURCES = ("app", "engine", "widgets", "resources")
-BUNDLE_INPUTS = (SPEC, PACKAGING / "launcher.py", PACKAGING / "rthook_studio.py", PACKAGING / "icons.py")
+BUNDLE_INPUTS = (SPEC, PACKAGING / "launcher.py", PACKAGING / "icons.py")
 
 log = logging.getLogger("package")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument(
-        "--preconvert",
-        choices=("yes", "no"),
-        default=os.environ.get("PRECONVERT", "no") or "no",
-        help="ship the embedded model already converted to float32 (+~220 MB download, first start ~30 s faster)",
-    )
     parser.add_argument("--keep-gpu", action="store_true", help="keep bitsandbytes' GPU libraries (GPU torch builds)")
     parser.add_argument("--force", action="store_true", help="rebuild the bundle even if its inputs did not change")
     parser.add_argument("--bundle-only", action="store_true", help="stop after the bundle (no .deb / .tar.gz)")
@@ -56,8 +49,7 @@ def main(argv: list[str] | None = None) -> int:
 
     started = time.monotonic()
     icons = render_icons()
-    preconverted = preconvert_embedded_model() if args.preconvert == "yes" else None
-    build_bundle(icons, preconverted, keep_gpu=args.keep_gpu, force=args.force)
+    build_bundle(icons, keep_gpu=args.keep_gpu, force=args.force)
     outputs = [BUNDLE]
     if sys.platform.startswith("linux") and not args.bundle_only:
         from linux_packages import build_deb, build_tarball
@@ -79,29 +71,7 @@ def render_icons() -> Path:
     return out
 
 
-def preconvert_embedded_model() -> Path:
-    """The embedded GGUF converted the way the studio would on first start, in its own build cache."""
-    out = BUILD / "preconverted"
-    env = {**os.environ, "INFERENCE_STUDIO_CACHE": str(BUILD / "preconvert-cache"), "HF_HUB_OFFLINE": "1"}
-    env.pop("INFERENCE_STUDIO_BUNDLED_CONVERTED", None)
-    code = (
-        "from engine.load.gguf_cache import converted_folder\n"
-        "from engine.load.model_source import embedded_gguf_path\n"
-        "print(converted_folder(embedded_gguf_path())[0])\n"
-    )
-    log.info("converting the embedded model for the bundle (once; reused later)")
-    result = run([sys.executable, "-c", code], quiet=True, env=env, cwd=ROOT)
-    folder = Path(result.stdout.strip().splitlines()[-1])
-    target = out / folder.name
-    if not target.is_dir():
-        shutil.rmtree(out, ignore_errors=True)
-        out.mkdir(parents=True)
-        # hard links where the file system allows: the weights are half a gigabyte
-        shutil.copytree(folder, target, copy_function=link_or_copy)
-    return out
-
-
-def bundle_fingerprint(icons: Path, preconverted: Path | None, keep_gpu: bool) -> str:
+def bundle_fingerprint(icons: Path, keep_gpu: bool) -> str:
     digest = hashlib.sha256()
     files = [*BUNDLE_INPUTS, icons / "inference-studio.icns"]
     for source in SOURCES:
@@ -111,14 +81,11 @@ def bundle_fingerprint(icons: Path, preconverted: Path | None, keep_gpu: bool) -
     # the build environment: every installed distribution and the interpreter
     dists = sorted(f"{d.metadata['Name']}=={d.version}" for d in importlib.metadata.distributions())
     digest.update(json.dumps([sys.version, platform.machine(), dists, keep_gpu]).encode())
-    if preconverted is not None:
-        for marker in sorted(preconverted.glob("*/studio-conversion.json")):
-            digest.update(marker.parent.name.encode() + marker.read_bytes())
     return digest.hexdigest()
 
 
-def build_bundle(icons: Path, preconverted: Path | None, *, keep_gpu: bool, force: bool) -> None:
-    fingerprint = bundle_fingerprint(icons, preconverted, keep_gpu)
+def build_bundle(icons: Path, *, keep_gpu: bool, force: bool) -> None:
+    fingerprint = bundle_fingerprint(icons, keep_gpu)
     executable = BUNDLE / (NAME + (".exe" if sys.platform == "win32" else ""))
     if not force and executable.exists() and FINGERPRINT.exists() and FINGERPRINT.read_text() == fingerprint:
         log.info("bundle is up to date (%s)", BUNDLE.relative_to(ROOT))
@@ -128,7 +95,6 @@ def build_bundle(icons: Path, preconverted: Path | None, *, keep_gpu: bool, forc
     except ImportError:
         raise SystemExit("package: PyInstaller is not installed; run `make package` (it installs it)") from None
     env = {**os.environ, "STUDIO_ICON_DIR": str(icons), "STUDIO_KEEP_GPU": "1" if keep_gpu else "0"}
-    env["STUDIO_PRECONVERTED"] = str(preconverted) if preconverted else ""
     BUILD.mkdir(exist_ok=True)
     FINGERPRINT.unlink(missing_ok=True)
     log.info("building the bundle with PyInstaller (minutes; the log is build/pyinstaller.log)")
@@ -142,14 +108,6 @@ def build_bundle(icons: Path, preconverted: Path | None, *, keep_gpu: bool, forc
         raise SystemExit(f"package: PyInstaller failed (exit {result.returncode}); see build/pyinstaller.log")
     FINGERPRINT.write_text(fingerprint)
     log.info("bundle built in %.0f s", time.monotonic() - started)
-
-
-def link_or_copy(source: str, target: str) -> str:
-    try:
-        os.link(source, target)
-    except OSError:
-        shutil.copy2(source, target)
-    return target
 
 
 def run(command: list[str], quiet: bool = False, **kwargs) -> subprocess.CompletedProcess:

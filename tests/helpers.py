@@ -121,3 +121,41 @@ def run_to_completion(engine, max_steps: int = 100_000) -> dict[str, list]:
         for event in engine.step():
             events.setdefault(event.request_id, []).append(event)
     raise AssertionError("engine did not finish")
+
+
+def hold_as_stored(model, plan, embed: str | None = None, head: str | None = None):
+    """The model with its decoder linears swapped for the engine's weight modules per tensor, as the loader holds a
+    file that stores tensors in different formats (llama.cpp's Q4_K_M mix): plan(layer, name) -> "float32" |
+    "bfloat16" | "int8" | "int4" (name: q_proj ... down_proj), or one format for all. embed: a QuantizedEmbedding of
+    its own in that format; head: the LM head's format. Norms stay float32. Returns the model (changed in place)."""
+    from engine.model.quantized import QuantizedEmbedding, make_weight_module
+
+    def swap(module, fmt: str):
+        return module if fmt == "float32" else make_weight_module(module.weight.detach().float(), module.bias, fmt)
+
+    choose = plan if callable(plan) else (lambda _layer, _name: plan)
+    with torch.no_grad():
+        for index, layer in enumerate(model.model.layers):
+            for parent, names in ((layer.self_attn, ("q_proj", "k_proj", "v_proj", "o_proj")),
+                                  (layer.mlp, ("gate_proj", "up_proj", "down_proj"))):  # fmt: skip
+                for name in names:
+                    setattr(parent, name, swap(getattr(parent, name), choose(index, name)))
+        if embed is not None:
+            model.model.embed_tokens = QuantizedEmbedding.from_float(model.model.embed_tokens.weight.float(), embed)
+        if head is not None:
+            model.config.tie_word_embeddings = False
+            model.lm_head = swap(model.lm_head, head)
+    return model.requires_grad_(False)
+
+
+def make_tiny_as_stored(folder: Path, fmt: str = "int4"):
+    """The tiny Llama as the loader holds a quantized file: float32 norms, every decoder linear and the LM head an
+    engine weight module in `fmt` (int8, int4, bfloat16), the embedding a QuantizedEmbedding. For tests of code that
+    runs such models before a GGUF file is involved."""
+    from transformers import AutoModelForCausalLM
+
+    from engine.load.quantize_model import quantize_model
+
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    quantize_model(model, fmt)
+    return model.eval()

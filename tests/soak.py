@@ -1,7 +1,10 @@
 """The soak run: many concurrent streaming clients against a real `inference-studio serve`, a third vanishing at
-random points, a few sending malformed requests. It checks: no 5xx, every stream that stays completes and equals
-(greedy) the same request run alone, KV pages back to zero, resident memory within 10 % of its level after a
-warm-up round. `make soak` runs it for minutes on the embedded model; the suite runs one short round."""
+random points, a few sending malformed requests (lone surrogates, 4,301-digit integers, a new blow-up regex each
+time), a few sending near-zero sampling values with a grammar, and a few opening streams they never read. It
+checks: no 5xx, every malformed request a 4xx, every stream that stays completes and equals (greedy) the same
+request run alone, the near-zero ones valid, KV pages back to zero (the unread streams' too), resident memory within
+10 % of its level after a warm-up round. `make soak` runs it for minutes on the embedded model; the suite runs one
+short round."""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ import argparse
 import asyncio
 import json
 import random
+import socket
 import sys
 import tempfile
 import time
@@ -29,6 +33,8 @@ class SoakConfig:
     clients: int = 64
     vanish_fraction: float = 1 / 3
     malformed: int = 6
+    tricky: int = 2  # near-zero temperature / top_p with a grammar: must be 200 and valid
+    unread: int = 2  # streams whose clients never read (a small receive buffer), then hang up
     max_tokens: int = 24
     warmup_rounds: int = 1  # rounds before the memory baseline: the shapes the engine's kernels cache (see README)
     rounds: int = 1  # soak rounds after the warm-up
@@ -44,6 +50,9 @@ class SoakReport:
     vanished: int = 0
     malformed: int = 0
     malformed_4xx: int = 0
+    tricky: int = 0
+    tricky_valid: int = 0
+    unread: int = 0
     status_5xx: int = 0
     incomplete: int = 0  # streams that stayed but did not end with a finish reason and [DONE] (an error event)
     completed: int = 0
@@ -64,6 +73,8 @@ class SoakReport:
             found.append(f"{self.status_5xx} responses with 5xx, {self.incomplete} streams did not complete")
         if self.malformed_4xx != self.malformed:
             found.append(f"only {self.malformed_4xx} of {self.malformed} malformed requests got a 4xx")
+        if self.tricky_valid != self.tricky:
+            found.append(f"only {self.tricky_valid} of {self.tricky} near-zero sampling requests gave valid output")
         if self.mismatched or self.identical != self.completed:
             found.append(f"{len(self.mismatched)} streams differ from the same request run alone")
         if (self.kv_usage_after, self.running_after, self.waiting_after) != (0, 0, 0):
@@ -73,12 +84,15 @@ class SoakReport:
         return found
 
 
-def malformed_requests(model: str) -> list[tuple[str, dict, bytes]]:
-    """(what, extra headers, body) of requests that must each get a 4xx."""
+def malformed_requests(model: str, number: int = 0) -> list[tuple[str, dict, bytes]]:
+    """(what, extra headers, body) of requests that must each get a 4xx; number makes the blow-up regex a new one
+    (each distinct one used to keep ~170 MB for good)."""
 
     def body(**fields) -> bytes:
         return json.dumps({"model": model, "messages": [{"role": "user", "content": "hi"}], **fields}).encode()
 
+    hi = b'"messages": [{"role": "user", "content": "hi"}]'
+    start = b'{"model": "' + model.encode() + b'", '
     return [
         ("truncated JSON", {}, b'{"model": "' + model.encode() + b'", "messages": ['),
         ("100,000 nested brackets", {}, b"[" * 100_000),
@@ -89,7 +103,20 @@ def malformed_requests(model: str) -> list[tuple[str, dict, bytes]]:
         ("unknown model", {}, body(model="no-such-model")),
         ("wrong types", {}, body(temperature="hot", messages="hi")),
         ("not UTF-8", {}, b"\xff\xfe" * 100),
+        ("lone surrogate in model", {}, b'{"model": "\\ud800", ' + hi + b"}"),
+        ("lone surrogate in content", {}, start + b'"messages": [{"role": "user", "content": "a\\udfff"}]}'),
+        ("4,301-digit max_tokens", {}, start + hi + b', "max_tokens": 1' + b"0" * 4300 + b"}"),
+        ("blow-up regex", {}, body(max_tokens=2, guided_regex=f"(a{{{1001 + number}}}){{1000}}")),
+        ("repetition_penalty 1e-300", {}, body(repetition_penalty=1e-300)),
     ]
+
+
+#: (request fields, what the reply must be) of requests whose sampling values are so close to zero that they broke
+#: the arithmetic ("grammar refused token 49151", a 500); each must now be a 200 with valid output
+TRICKY = [
+    ({"temperature": 1e-40, "guided_choice": ["yes", "no"]}, lambda text: text in ("yes", "no")),
+    ({"top_p": 5e-324, "temperature": 1.0, "guided_regex": "[a-z]{1,8}"}, lambda text: text.isalpha()),
+]
 
 
 class Soak:
@@ -101,6 +128,7 @@ class Soak:
         self.rng = random.Random(config.seed)
         self.report = SoakReport(clients=config.clients)
         self.streams: dict[str, list[str]] = {}  # prompt -> the texts streamed while everything ran at once
+        self._special = 0  # which malformed or tricky request comes next: over the rounds, each of them
 
     def body(self, prompt: str) -> dict:
         messages = [{"role": "user", "content": prompt}]
@@ -137,7 +165,10 @@ class Soak:
         return text if finished and done else None
 
     async def malformed(self, client: httpx.AsyncClient, index: int) -> None:
-        what, headers, content = malformed_requests(self.model)[index % len(malformed_requests(self.model))]
+        self._special += 1
+        requests = malformed_requests(self.model, self._special)
+        what, headers, content = requests[self._special % len(requests)]
+        headers = {"Content-Type": "application/json", **headers}
         response = await client.post("/v1/chat/completions", content=content, headers=headers)
         self.report.requests += 1
         self.report.malformed += 1
@@ -146,11 +177,46 @@ class Soak:
         if not 400 <= response.status_code < 500:
             self.report.mismatched.append(f"malformed ({what}): status {response.status_code}")
 
+    async def tricky(self, client: httpx.AsyncClient) -> None:
+        self._special += 1
+        fields, valid = TRICKY[self._special % len(TRICKY)]
+        body = {"model": self.model, "messages": [{"role": "user", "content": "yes or no?"}], "max_tokens": 8, **fields}
+        response = await client.post("/v1/chat/completions", json=body)
+        self.report.requests += 1
+        self.report.tricky += 1
+        self.report.status_5xx += response.status_code >= 500
+        text = response.json()["choices"][0]["message"]["content"] if response.status_code == 200 else None
+        if text is not None and valid(text):
+            self.report.tricky_valid += 1
+        else:
+            self.report.mismatched.append(f"near-zero sampling {fields}: {response.status_code} {response.text[:200]}")
+
+    async def unread(self) -> None:
+        """A stream whose client never reads: a raw socket with a small receive buffer, hung up after a while."""
+        parts = urlsplit(self.server.url)
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.setblocking(False)
+        try:
+            await asyncio.get_running_loop().sock_connect(sock, (parts.hostname, parts.port))
+            body = json.dumps({**self.body("an unread story"), "max_tokens": 4 * self.config.max_tokens,
+                               "logprobs": True, "top_logprobs": 5}).encode()  # fmt: skip
+            auth = "".join(f"{k}: {v}\r\n" for k, v in self.headers.items())
+            head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: {parts.netloc}\r\n{auth}Content-Type: "
+                    f"application/json\r\nContent-Length: {len(body)}\r\n\r\n")  # fmt: skip
+            await asyncio.get_running_loop().sock_sendall(sock, head.encode() + body)
+            await asyncio.sleep(2.0)
+        finally:
+            sock.close()
+        self.report.requests += 1
+        self.report.unread += 1
+
     async def round(self, number: int, record: bool) -> None:
         config = self.config
-        roles = ["malformed"] * config.malformed
-        vanishing = round((config.clients - config.malformed) * config.vanish_fraction)
-        roles += ["vanish"] * vanishing + ["stay"] * (config.clients - config.malformed - vanishing)
+        roles = ["malformed"] * config.malformed + ["tricky"] * config.tricky + ["unread"] * config.unread
+        plain = config.clients - len(roles)
+        vanishing = round(plain * config.vanish_fraction)
+        roles += ["vanish"] * vanishing + ["stay"] * (plain - vanishing)
         self.rng.shuffle(roles)
         limits = httpx.Limits(max_connections=config.clients * 2, max_keepalive_connections=config.clients)
         async with httpx.AsyncClient(
@@ -160,6 +226,12 @@ class Soak:
             async def run(index: int, role: str) -> None:
                 if role == "malformed":
                     await self.malformed(client, index)
+                    return
+                if role == "tricky":
+                    await self.tricky(client)
+                    return
+                if role == "unread":
+                    await self.unread()
                     return
                 prompt = f"story {index}: once upon a time"  # the same prompts every round: one reference each
                 vanish_after = self.rng.randint(0, config.max_tokens - 1) if role == "vanish" else None

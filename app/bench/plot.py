@@ -54,7 +54,7 @@ def plot(path: Path, record: dict) -> None:
     workloads = record["workloads"]
     layout.resize(WIDTH, ROW_HEIGHT * max(1, len(workloads)))
     for index, (name, result) in enumerate(workloads.items()):
-        rows = [r for r in result["systems"] if not r.get("skipped")]
+        rows = [r for r in result["systems"] if not r.get("skipped") and not r.get("failed")]
         for column, (key, label) in enumerate(METRICS):
             plot_item = layout.addPlot(row=index, col=column, title=f"<b>{name}</b>: {label}")
             plot_item.setMouseEnabled(False, False)

@@ -88,7 +88,7 @@ def _studio_bench(args: argparse.Namespace):
         dtype=args.dtype,
         quantization=args.quant,
         device=args.device,
-        kv_memory_mib=int(args.kv_memory * 1024**2) // MIB,
+        kv_memory_mib=0 if args.kv_memory is None else int(args.kv_memory * 1024**2) // MIB,  # 0: automatic
     )
     return StudioBench(choice, chats=args.chats)
 

@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
 
-from engine.errors import StudioError
+from app.chat.chat_file import (
+    FORMAT,
+    VERSION,
+    ChatImportError,
+    messages_of,
+    parse_chat_json,
+    read_chat_file,
+    settings_of,
+)
 from widgets.chat.data import ASSISTANT, USER, ChatMessage, ChatSettings, format_stats
 
-FORMAT = "inference-studio-chat"
-VERSION = 1
-
-
-class ChatImportError(StudioError):
-    """A file that is not a chat exported by the studio (or is damaged)."""
+__all__ = ["ChatDocument", "ChatImportError", "from_json", "read_chat", "to_json", "to_markdown"]
 
 
 @dataclass
@@ -52,28 +56,17 @@ def to_markdown(chat: ChatDocument) -> str:
 
 
 def from_json(text: str, source: str = "the file") -> ChatDocument:
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ChatImportError(f"{source} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise ChatImportError(f'{source} is not a chat exported by Inference Studio (no "format": "{FORMAT}")')
-    if data.get("version", 0) > VERSION:
-        raise ChatImportError(f"{source} was written by a newer Inference Studio; update to import it")
-    raw_messages = data.get("messages")
-    if not isinstance(raw_messages, list):
-        raise ChatImportError(f"{source} has no list of messages")
-    messages = []
-    for number, item in enumerate(raw_messages, 1):
-        if not isinstance(item, dict) or item.get("role") not in (USER, ASSISTANT):
-            raise ChatImportError(f"{source}: message {number} needs a role of 'user' or 'assistant'")
-        if not isinstance(item.get("content"), str):
-            raise ChatImportError(f"{source}: message {number} has no text content")
-        messages.append(ChatMessage.from_dict(item))
-    settings = data.get("settings") if isinstance(data.get("settings"), dict) else {}
-    try:
-        chat_settings = ChatSettings.from_dict(settings)
-    except TypeError:
-        chat_settings = ChatSettings()
-    title = data.get("title") if isinstance(data.get("title"), str) and data.get("title").strip() else "Imported chat"
-    return ChatDocument(title, chat_settings, messages)
+    """A chat from an exported file's text, every field checked (chat_file.py); raises ChatImportError."""
+    return document_of(parse_chat_json(text, source))
+
+
+def read_chat(path: Path) -> ChatDocument:
+    """A chat from an exported file, size-capped and checked before anything is written; raises ChatImportError.
+    Thread-safe: the window runs it off its thread."""
+    return document_of(read_chat_file(path))
+
+
+def document_of(data: dict) -> ChatDocument:
+    title = data.get("title")
+    return ChatDocument(title.strip() if isinstance(title, str) and title.strip() else "Imported chat",
+                        settings_of(data), messages_of(data))  # fmt: skip

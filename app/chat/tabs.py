@@ -106,9 +106,7 @@ class ChatTabs(QObject):
     ) -> ChatController:
         settings = settings or ChatSettings()
         title = title or self.next_title()
-        chat_id = self._store.create_chat(title, settings)
-        if messages:
-            self._store.replace_messages(chat_id, messages)
+        chat_id = self._store.create_chat(title, settings, messages=messages or ())  # one transaction
         return self._add(StoredChat(chat_id, title, settings, LOCAL, list(messages or [])))
 
     def open_chat(self, chat_id: int) -> ChatController | None:

@@ -12,12 +12,14 @@ from pathlib import Path
 import torch
 
 from app.bench.plot import plot
+from app.cli.bench_served import is_served, run_served_bench
 from app.cli.options import add_engine_options, add_model_options, engine_config_from, load_options_from
 from engine.bench import report
 from engine.bench.engine_run import VIAS
+from engine.bench.gguf_mix import MIXES
 from engine.bench.memory import MemoryProbe
 from engine.bench.runner import BASELINES, BenchPlan, run_benchmark
-from engine.bench.synthetic import SHAPES, synthetic_model
+from engine.bench.synthetic import SHAPES, synthetic_gguf, synthetic_model
 from engine.bench.workloads import WORKLOADS
 from engine.errors import InvalidRequestError
 from engine.load.loader import load_model
@@ -44,14 +46,39 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="LIST",
         help=f"how the engine is driven, comma-separated from {', '.join(PATHS)} (default thread, as `generate` runs "
         "it; server: `inference-studio serve` and a streaming client; window: the studio's main window, offscreen, "
-        "one chat tab per request); the first is the reference of the ratios",
+        "one chat tab per request); the first is the reference of the ratios. `--via server` with no in-process "
+        "baseline (then llama.cpp's server is the default one) loads nothing in the bench itself: every server starts "
+        "cold and its start is measured (time to first answer, memory, disk)",
     )
     parser.add_argument(
         "--synthetic",
         choices=sorted(SHAPES),
         default=None,
-        help="a random-weight model with a real model's shape, written once as a folder and a GGUF file (instead of "
+        help="a random-weight model with a real model's shape, written once under the user cache (instead of "
         "--model): how cost grows with the model",
+    )
+    parser.add_argument(
+        "--synthetic-format",
+        choices=SYNTHETIC_FORMATS,
+        default="q4_k_m",
+        help="q4_k_m (default): one GGUF file in llama.cpp's Q4_K_M mix that every system reads; q4_1: the same, all "
+        "Q4_1; folder: a bfloat16 Hugging Face folder for the studio and transformers, its weights as Q4_1 GGUF for "
+        "llama.cpp",
+    )
+    parser.add_argument(
+        "--memory-cap-gib",
+        type=float,
+        default=None,
+        metavar="GIB",
+        help="servers: stop one whose resident memory passes GIB and report its peak (default: 90 %% of this "
+        "machine's memory, so the system's OOM killer never picks; 0: no cap)",
+    )
+    parser.add_argument(
+        "--start-timeout",
+        type=float,
+        default=1800.0,
+        metavar="S",
+        help="servers: seconds a server may take to become ready before its row says it did not (default 1800)",
     )
     parser.add_argument("--threads", type=int, default=None, help="torch threads for every system")
     parser.add_argument("--scale", type=float, default=1.0, help="shrink token counts (quick checks)")
@@ -68,6 +95,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 PATHS = (*VIAS, "window")
+SYNTHETIC_FORMATS = (*MIXES, "folder")
 
 
 def _window_path():
@@ -122,23 +150,51 @@ def run(args: argparse.Namespace) -> int:
     if args.synthetic:
         if args.model:
             raise InvalidRequestError("give --model or --synthetic, not both")
-        synthetic = synthetic_model(args.synthetic, progress=progress)
-        args.model, gguf = str(synthetic.folder), str(synthetic.gguf)
-    memory = MemoryProbe()
-    loaded = load_model(args.model, load_options_from(args))
-    memory.loaded(loaded)
-    plan = BenchPlan(
-        vias=vias,
-        serve_command=[sys.executable, "-m", "app", "serve", *_model_arguments(args)],
-        gguf=gguf or (str(loaded.source.path) if loaded.source.is_gguf else None),
-        threads=torch.get_num_threads(),
-        paths={"window": _window_path()} if "window" in vias else {},
-    )
-    record = run_benchmark(loaded, workloads, chosen, config, progress, scale=args.scale, plan=plan, repeat=args.repeat)
-    record["memory"] = memory.report(loaded, config)
-    record["command"] = "inference-studio bench " + " ".join(shlex.quote(a) for a in sys.argv[2:])
-    print(f"model: {record['model']}, torch threads {record['torch_threads']}")
-    print(memory.line(record["memory"]))
+        if args.synthetic_format == "folder":
+            synthetic = synthetic_model(args.synthetic, progress=progress)
+            args.model, gguf = str(synthetic.folder), str(synthetic.gguf)
+        else:
+            args.model = gguf = str(synthetic_gguf(args.synthetic, args.synthetic_format, progress=progress))
+    command = "inference-studio bench " + " ".join(shlex.quote(a) for a in sys.argv[2:])
+    serve_command = [sys.executable, "-m", "app", "serve", *_model_arguments(args)]
+    if is_served(vias, chosen):
+        record = run_served_bench(args, config, workloads, chosen, gguf, serve_command, progress)
+        record["command"] = command
+        print(f"model: {record['model']}, {record['threads']} threads per server")
+        print("\n## start: from the process start to the first streamed token; memory and disk from /proc\n")
+        print(report.start_table(record["starts"]))
+        for line in report.start_ratio_lines(record["start_ratios"]):
+            print(line)
+    else:
+        memory = MemoryProbe()
+        loaded = load_model(args.model, load_options_from(args))
+        memory.loaded(loaded)
+        plan = BenchPlan(
+            vias=vias,
+            serve_command=serve_command,
+            gguf=gguf or (str(loaded.source.path) if loaded.source.is_gguf else None),
+            threads=torch.get_num_threads(),
+            paths={"window": _window_path()} if "window" in vias else {},
+        )
+        record = run_benchmark(
+            loaded, workloads, chosen, config, progress, scale=args.scale, plan=plan, repeat=args.repeat
+        )
+        record["memory"] = memory.report(loaded, config)
+        record["command"] = command
+        print(f"model: {record['model']}, torch threads {record['torch_threads']}")
+        print(memory.line(record["memory"]))
+    _print_workloads(record)
+    if args.json:
+        report.write_json(args.json, record)
+        print(f"\nwrote {args.json}")
+    if args.plot:
+        plot(args.plot, record)
+        print(f"wrote {args.plot}")
+    json.dumps(record, default=str)  # fail here, not in a later reader, if something isn't serialisable
+    return 0
+
+
+def _print_workloads(record: dict) -> None:
     for name, result in record["workloads"].items():
         print(f"\n## {name}: {result['description']}\n")
         print(report.table(result["systems"]))
@@ -159,11 +215,3 @@ def run(args: argparse.Namespace) -> int:
         if result["same_tokens_as"]:
             same = ", ".join(f"{k} {v:.0%}" for k, v in result["same_tokens_as"].items() if v is not None)
             print(f"requests with identical greedy tokens: {same}")
-    if args.json:
-        report.write_json(args.json, record)
-        print(f"\nwrote {args.json}")
-    if args.plot:
-        plot(args.plot, record)
-        print(f"wrote {args.plot}")
-    json.dumps(record, default=str)  # fail here, not in a later reader, if something isn't serialisable
-    return 0

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from engine.core.config import DEFAULT_KV_MEMORY, EngineConfig
+from engine.core.config import EngineConfig
 from engine.launch import EngineOptions
+from engine.load import kv_policy
 from engine.load.options import DEVICES, DTYPES, QUANTIZATIONS, LoadOptions
 
 MIB = 1024**2
@@ -27,13 +28,18 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
 
 def add_engine_options(parser: argparse.ArgumentParser) -> None:
     defaults = EngineConfig()
-    kv_mib = DEFAULT_KV_MEMORY // MIB
     group = parser.add_argument_group("engine")
     group.add_argument(
         "--page-size", type=int, default=defaults.page_size, help=f"tokens per KV page (default {defaults.page_size})"
     )
     group.add_argument("--kv-pages", type=int, default=None, help="number of KV pages (default: from --kv-memory)")
-    group.add_argument("--kv-memory", type=float, default=kv_mib, help=f"KV cache budget in MiB (default {kv_mib})")
+    group.add_argument(
+        "--kv-memory",
+        type=float,
+        default=None,
+        help=f"KV cache budget in MiB (default: {kv_policy.DEFAULT_TOKENS:,} tokens of the model's KV, at most half "
+        "the memory free beside the model)",
+    )
     group.add_argument(
         "--max-running", type=int, default=defaults.max_running, help="most sequences decoded in one step"
     )
@@ -69,7 +75,7 @@ def engine_config_from(args: argparse.Namespace) -> EngineConfig:
     return EngineConfig(
         page_size=args.page_size,
         kv_pages=args.kv_pages,
-        kv_memory_bytes=int(args.kv_memory * MIB),
+        kv_memory_bytes=None if args.kv_memory is None else int(args.kv_memory * MIB),
         max_running=args.max_running,
         max_step_tokens=args.max_step_tokens,
         prefix_caching=not args.no_prefix_cache,

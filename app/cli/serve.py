@@ -59,6 +59,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help=f"API requests that may wait for their first token; more get 429 (default {defaults.max_waiting})",
     )
     server.add_argument(
+        "--max-queue-wait",
+        type=int,
+        default=defaults.max_queue_wait_s,
+        metavar="S",
+        help="seconds an API request may wait in the queue before it starts; then it gets 429 and is dropped "
+        f"(default {defaults.max_queue_wait_s})",
+    )
+    server.add_argument(
         "--max-body-mib",
         type=float,
         default=defaults.max_body_bytes / MIB,
@@ -89,8 +97,13 @@ def limits_from(args: argparse.Namespace) -> ServeLimits:
         raise ServeError(f"--max-waiting must be at least 1, not {args.max_waiting}")
     if not args.max_body_mib > 0:
         raise ServeError(f"--max-body-mib must be positive, not {args.max_body_mib:g}")
+    if args.max_queue_wait < 1:
+        raise ServeError(f"--max-queue-wait must be at least 1 s, not {args.max_queue_wait}")
     return dataclasses.replace(
-        ServeLimits(), max_waiting=args.max_waiting, max_body_bytes=max(1, int(args.max_body_mib * MIB))
+        ServeLimits(),
+        max_waiting=args.max_waiting,
+        max_body_bytes=max(1, int(args.max_body_mib * MIB)),
+        max_queue_wait_s=args.max_queue_wait,
     )
 
 

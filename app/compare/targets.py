@@ -58,7 +58,7 @@ def compare_targets(
             # "auto" may compute in bfloat16 where that is faster: an explicit float32 is then a different target
             plain = choice.quantization == "none" and dtype == choice.dtype
             same = quant == choice.quantization if quant != "none" else plain
-            if same or (quant != "none" and quantization_problem(quant, info.device) is not None):
+            if same or (quant != "none" and quantization_problem(quant, info.device, info.source_kind) is not None):
                 continue
             label = f"{info.name}, {words}"
             options = LoadOptions(dtype=dtype, quantization=quant, device=choice.device)

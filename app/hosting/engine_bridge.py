@@ -29,7 +29,8 @@ WATCH_MS = 500  # how often the window looks whether the engine thread died (and
 def engine_options_for(choice: ModelChoice, config: EngineConfig) -> EngineOptions:
     """The picker's choice (model, dtype, quantization, device, KV budget) on the studio's engine settings."""
     load = LoadOptions(dtype=choice.dtype, quantization=choice.quantization, device=choice.device)
-    return EngineOptions(choice.spec, load, replace(config, kv_memory_bytes=choice.kv_memory_bytes, kv_pages=None))
+    budget = choice.kv_memory_bytes or None  # 0: automatic
+    return EngineOptions(choice.spec, load, replace(config, kv_memory_bytes=budget, kv_pages=None))
 
 
 class EngineBridge(QObject):

@@ -6,7 +6,7 @@ import dataclasses
 
 from engine.credentials import hub_token
 from engine.errors import UnsupportedOptionError
-from engine.load import options
+from engine.load import kv_policy, options
 from engine.load.decode_probe import compare_note
 from engine.load.estimate import MemoryEstimate
 from engine.load.loader import estimate_for_spec
@@ -57,9 +57,17 @@ class EngineAdvisor:
         estimate = estimate_for_spec(choice.spec, load_options)
         resolved = options.resolve_options(load_options)
         if resolved.device == "cpu" and estimate.shape.hidden_size:
-            note = compare_note(estimate.shape, resolved.quantization, resolved.dtype_auto)
+            # a GGUF file held as stored: its main format (int4 for a Q4 file) is what decodes
+            held = estimate.quantization.split("+")[0] if estimate.quantization != "none" else resolved.quantization
+            dtype_auto = resolved.dtype_auto and estimate.dtype == "float32"
+            note = compare_note(estimate.shape, held, dtype_auto)
             estimate = dataclasses.replace(estimate, decode_note=note)
         return estimate
+
+    def auto_kv_budget(self, estimate: MemoryEstimate, free: int) -> int:
+        """The KV budget the engine will work out for this model with `free` bytes free before it loads."""
+        room = free - estimate.weight_bytes - estimate.engine_copy_bytes - estimate.runtime_bytes
+        return kv_policy.default_budget(estimate.kv_bytes_per_token, max(0, room))
 
     def free_memory(self, device: str) -> tuple[int, str]:
         resolved = self._device(device) or "cpu"

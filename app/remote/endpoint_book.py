@@ -40,10 +40,13 @@ class EndpointBook:
         for item in items if isinstance(items, list) else []:
             try:
                 endpoint = Endpoint(str(item["name"]), str(item["base_url"]))
-            except (KeyError, TypeError, RemoteError):
+                models = item.get("models", [])
+                if not isinstance(models, list):
+                    raise TypeError("its models are not a list")
+            except (KeyError, TypeError, AttributeError, RemoteError):
                 log.warning("ignoring a broken endpoint entry in the settings")
                 continue
-            saved.append(SavedEndpoint(endpoint, tuple(str(m) for m in item.get("models", []))))
+            saved.append(SavedEndpoint(endpoint, tuple(str(m) for m in models)))
         return saved
 
     def get(self, name: str) -> SavedEndpoint | None:

@@ -8,6 +8,7 @@ from PySide6.QtWidgets import QMainWindow, QMenu
 
 from app.chat.controller import Hold
 from app.hosting.experiments_controller import ExperimentController, build_experiments_menu
+from app.setting_values import number, read_setting
 from widgets.chat.panel import CHAT_MIN_WIDTH
 from widgets.dashboard.dashboard import WINDOWS, DashboardWidget
 from widgets.dashboard.data.series import MemoryInfo
@@ -148,7 +149,7 @@ def _restore(dashboard: DashboardWidget, settings: QSettings) -> None:
     """Window and hidden panels as the user left them; saved again whenever they change."""
     settings.beginGroup(SETTINGS_GROUP)
     try:
-        seconds = float(settings.value("window_s", 30.0))
+        seconds = read_setting(settings, "window_s", 30.0, number(1, 86_400))
         hidden = settings.value("hidden_panels", [])
     finally:
         settings.endGroup()

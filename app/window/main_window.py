@@ -9,7 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from pyqtgraph.util.garbage_collector import GarbageCollector
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QCloseEvent
 from PySide6.QtWidgets import (
     QApplication,
@@ -24,9 +24,11 @@ from PySide6.QtWidgets import (
 )
 
 from app.chat.event_pump import EventPump
-from app.chat.export import ChatDocument, ChatImportError, from_json, to_json, to_markdown
+from app.chat.export import ChatDocument, ChatImportError, to_json, to_markdown
+from app.chat.importer import ChatImporter
 from app.chat.reply_router import ReplyRouter
 from app.chat.store import ChatStore
+from app.chat.store_recovery import OpenedStore, open_store
 from app.chat.tabs import ChatTabs
 from app.compare.controller import install_compare
 from app.hosting.backends import BackendRegistry
@@ -37,6 +39,7 @@ from app.remote.features import RemoteFeatures
 from app.window.actions import build_actions, fit_toolbar
 from app.window.dashboard_setup import install_studio_dashboard
 from app.window.engine_status import EngineStatus
+from app.window.interrupts import close_on_interrupt
 from app.window.qt_messages import route_qt_messages
 from app.window.self_test import SelfTest, isolate_user_data
 from app.window.settings import StudioSettings
@@ -52,6 +55,8 @@ log = logging.getLogger(__name__)
 
 
 class MainWindow(QMainWindow):
+    chat_imported = Signal(bool)  # an import ended: a chat was opened (True) or the notice bar says why not
+
     def __init__(
         self,
         settings: StudioSettings,
@@ -63,7 +68,9 @@ class MainWindow(QMainWindow):
         self.setWindowTitle("Inference Studio")
         self.setObjectName("mainWindow")
         self.settings = settings
-        self.store = store or ChatStore()
+        # a damaged store is moved aside and salvaged, a read-only folder runs with history off: said below
+        opened = OpenedStore(store) if store is not None else open_store()
+        self.store = opened.store
         self.theme = theme
         self.registry = BackendRegistry(self)
         self.pump = EventPump(self)
@@ -76,6 +83,9 @@ class MainWindow(QMainWindow):
         self.tabs.set_settings_visible(settings.settings_panel_visible)
         self.tabs.set_sidebar_width(settings.sidebar_width)
         self.notice = NoticeBar()
+        self.store.on_write_failed = lambda text: self.notice.show_message(text, ERROR)
+        if opened.notice:
+            self.notice.show_message(opened.notice, ERROR if opened.warning else INFO)
         central = QWidget()
         column = QVBoxLayout(central)
         column.setContentsMargins(0, 0, 0, 0)
@@ -93,6 +103,8 @@ class MainWindow(QMainWindow):
         self.tabs.sidebar_width_changed.connect(lambda width: setattr(self.settings, "sidebar_width", width))
         self.tabs.open_chats_changed.connect(self._refresh_history)
         self.history_dialog: HistoryDialog | None = None
+        self.importer = ChatImporter(self)
+        self.importer.read.connect(self._import_read)
         self.switcher = ModelSwitcher(self, self.bridge, self.tabs, self.notice, self.status, settings)
         self.engine_status = EngineStatus(self.status, self.bridge, self.tabs, self)
         self.bridge.engine_failed.connect(lambda text: self.notice.show_message(text, ERROR))
@@ -203,19 +215,21 @@ class MainWindow(QMainWindow):
         if path:
             self.export_chat(Path(path), fmt)
 
-    def import_chat(self, path: Path) -> bool:
-        try:
-            document = from_json(Path(path).read_text(encoding="utf-8"), source=str(path))
-        except (OSError, UnicodeDecodeError) as exc:
-            self.notice.show_message(f"Could not read {path}: {exc}", ERROR)
-            return False
-        except ChatImportError as exc:
-            self.notice.show_message(f"Could not import: {exc}", ERROR)
-            return False
+    def import_chat(self, path: Path) -> None:
+        """Read and check the file in a worker thread (a big or hostile file never blocks the window); the chat opens,
+        or the notice bar says why not, when it is done (chat_imported tells whether it was)."""
+        self.importer.start(Path(path))
+
+    def _import_read(self, path: Path, result: ChatDocument | ChatImportError) -> None:
+        if isinstance(result, ChatImportError):
+            self.notice.show_message(f"Could not import: {result}", ERROR)
+            self.chat_imported.emit(False)
+            return
         # two tabs of one name would be told apart by nothing (the dashboard's colours go by it, too)
-        controller = self.tabs.new_chat(document.settings, self.tabs.unique_title(document.title), document.messages)
-        self.notice.show_message(f"Imported “{controller.title}” from {path}.", INFO)
-        return True
+        controller = self.tabs.new_chat(result.settings, self.tabs.unique_title(result.title), result.messages)
+        if controller.chat_id >= 0:  # else the store said why (a full disk) and the chat is open unsaved
+            self.notice.show_message(f"Imported “{controller.title}” from {path}.", INFO)
+        self.chat_imported.emit(True)
 
     def import_chat_dialog(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Import chat", "", "Chats exported as JSON (*.json)")
@@ -288,6 +302,7 @@ class MainWindow(QMainWindow):
         self.tabs.shutdown()
         if self.history_dialog is not None:
             self.history_dialog.close()
+        self.importer.shutdown()
         event.accept()
 
 
@@ -325,7 +340,12 @@ def run_studio(args: argparse.Namespace) -> int:
         window.load_model(initial_choice(args, settings))
         if getattr(args, "self_test", False):
             return SelfTest(window, getattr(args, "screenshot", None)).run()
-        return app.exec()
+        restore_interrupts = close_on_interrupt(window)
+        log.info("the window is open (Ctrl+C here closes it)")
+        try:
+            return app.exec()
+        finally:
+            restore_interrupts()
     finally:
         collector.timer.stop()
         gc.enable()  # the caller (a test, bench-ui) goes on with Python's own collector

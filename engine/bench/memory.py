@@ -34,8 +34,10 @@ class MemoryProbe:
 
     def report(self, loaded, config: EngineConfig) -> dict:
         model = loaded.model
-        weights = sum(p.numel() * p.element_size() for p in model.parameters())
-        element = next(model.parameters()).element_size()
+        # an engine weight module holds its bytes in buffers (int4 packing, int8 rows): counted with the parameters
+        held = [*model.named_parameters(), *model.named_buffers()]
+        weights = sum(t.numel() * t.element_size() for name, t in held if "rotary" not in name)
+        element = loaded.kv_dtype.itemsize
         return {
             "load_s": self.load_s,
             "parameters": loaded.info.parameters,

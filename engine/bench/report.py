@@ -32,22 +32,29 @@ def table(rows: list[dict]) -> str:
     rule = "| " + " | ".join("---" for _ in COLUMNS) + " |"
     lines = [head, rule]
     for row in rows:
-        if row.get("skipped"):
-            lines.append(f"| {row['system']} | skipped: {row['skipped']} |" + " |" * (len(COLUMNS) - 2))
-            continue
-        lines.append("| " + " | ".join(_cell(key, fmt, row) for key, _, fmt in COLUMNS) + " |")
+        for outcome in ("skipped", "failed"):
+            if row.get(outcome):
+                why = row[outcome].replace("|", "\\|")
+                lines.append(f"| {row['system']} | {outcome}: {why} |" + " |" * (len(COLUMNS) - 2))
+                break
+        else:
+            lines.append("| " + " | ".join(_cell(key, fmt, row) for key, _, fmt in COLUMNS) + " |")
     return "\n".join(lines)
+
+
+def _no_figures(row: dict) -> bool:
+    return bool(row.get("skipped") or row.get("failed"))
 
 
 def ratios(rows: list[dict], engine: str = "engine") -> dict[str, dict[str, float]]:
     """Reference ÷ other for throughput; other ÷ reference for latencies (so > 1 means the reference is better).
     The reference is the engine on the first path benchmarked."""
-    base = next((r for r in rows if r["system"] == engine and not r.get("skipped")), None)
+    base = next((r for r in rows if r["system"] == engine and not _no_figures(r)), None)
     if base is None:
         return {}
     out: dict[str, dict[str, float]] = {}
     for row in rows:
-        if row is base or row.get("skipped"):
+        if row is base or _no_figures(row):
             continue
         entry = {}
         if row.get("tokens_per_s") and base.get("tokens_per_s"):
@@ -80,6 +87,51 @@ def engine_details(row: dict) -> str:
         drafted, accepted = row["draft_tokens"], row.get("accepted_draft_tokens", 0)
         parts.append(f"drafts accepted {accepted} of {drafted} ({accepted / drafted:.0%})")
     return f"{row['system']}: " + ", ".join(parts)
+
+
+START_COLUMNS = [
+    ("first_token_s", "first answer", "{:.1f}s"),
+    ("ready_s", "ready", "{:.1f}s"),
+    ("peak_resident_bytes", "peak RSS", None),
+    ("resident_ready_bytes", "RSS ready", None),
+    ("resident_after_runs_bytes", "RSS after runs", None),
+    ("disk_written_start_bytes", "written (start)", None),
+    ("disk_written_run_bytes", "written (runs)", None),
+    ("cache_new_start_bytes", "new in cache", None),
+]
+
+
+def _gib(value: int) -> str:
+    return f"{value / 1024**3:.2f} GiB" if value >= 1024**3 // 10 else f"{value / 1024**2:.0f} MiB"
+
+
+def start_table(rows: list[dict]) -> str:
+    """A Markdown table of every server start: times from the process start, memory and disk from /proc."""
+    head = "| system | round | " + " | ".join(title for _, title, _ in START_COLUMNS) + " |"
+    lines = [head, "| --- | --- | " + " | ".join("---" for _ in START_COLUMNS) + " |"]
+    for row in rows:
+        cells = [row["system"], str(row.get("round", 1))]
+        if row.get("failed"):
+            peak = row.get("peak_resident_bytes")
+            cells.append(f"failed: {row['failed']}")
+            cells += ["-", _gib(peak) if peak else "-"] + ["-"] * (len(START_COLUMNS) - 3)
+        else:
+            for key, _, fmt in START_COLUMNS:
+                value = row.get(key)
+                cells.append("-" if value is None else fmt.format(value) if fmt else _gib(value))
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(lines)
+
+
+def start_ratio_lines(per_round: list[dict[str, dict[str, float]]]) -> list[str]:
+    """One line per round and peer: the studio's start figures over the peer's (> 1: the studio took more)."""
+    lines = []
+    for number, entries in enumerate(per_round, start=1):
+        which = "first start" if number == 1 else f"start {number}"
+        for system, entry in entries.items():
+            parts = ", ".join(f"{key.removesuffix('_x').replace('_', ' ')} {x:.2f}x" for key, x in entry.items())
+            lines.append(f"{which}, engine-server over {system}: {parts}")
+    return lines
 
 
 def write_json(path: Path, record: dict) -> None:

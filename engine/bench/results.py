@@ -45,6 +45,7 @@ class SystemResult:
     extra: dict = field(default_factory=dict)
     texts: list[str] = field(default_factory=list)  # the replies as text, where token ids are not seen
     skipped: str | None = None  # why the system did not run
+    failed: str | None = None  # why it ran but gave no figures (its server died, would not start, ...)
 
     @property
     def output_tokens(self) -> int:
@@ -53,6 +54,8 @@ class SystemResult:
     def summary(self) -> dict:
         if self.skipped:
             return {"system": self.system, "skipped": self.skipped}
+        if self.failed:
+            return {"system": self.system, "failed": self.failed}
         ttft = [t.ttft for t in self.timings]
         itl = [x for t in self.timings for x in t.inter_token]
         e2e = [t.e2e for t in self.timings]

@@ -84,11 +84,11 @@ def _agreement(reference: SystemResult, other: SystemResult, tokenizer) -> float
     return sum(1 for a, b in zip(mine, theirs, strict=True) if a == b) / len(mine)
 
 
-def _server_options(config: EngineConfig) -> list[str]:
+def server_options(config: EngineConfig) -> list[str]:
     options = ["--page-size", str(config.page_size), "--max-running", str(config.max_running)]
     if config.kv_pages is not None:
         options += ["--kv-pages", str(config.kv_pages)]
-    else:
+    elif config.kv_memory_bytes is not None:  # else the server works out its automatic budget, as the engine does
         options += ["--kv-memory", str(config.kv_memory_bytes / 1024**2)]
     if config.max_step_tokens is not None:
         options += ["--max-step-tokens", str(config.max_step_tokens)]
@@ -101,7 +101,7 @@ def _server_options(config: EngineConfig) -> list[str]:
 
 
 def _run_studio_server(plan: BenchPlan, config: EngineConfig, workload: Workload) -> SystemResult:
-    with studio_server(plan.serve_command, _server_options(config), plan.threads) as server:
+    with studio_server(plan.serve_command, server_options(config), plan.threads) as server:
         result = run_through_server("engine-server", server.url, "bench", workload, studio_fields)
         result.extra.update(speculation_counts(server.url))
     result.extra["via"] = "server"

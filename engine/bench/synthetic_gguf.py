@@ -1,8 +1,10 @@
-"""A synthetic model's Hugging Face folder rewritten as a Q4_1 GGUF file (llama.cpp's names and layout), with the
-tokenizer metadata of a reference GGUF file (the embedded model's), tensor by tensor."""
+"""Synthetic models as GGUF files (llama.cpp's names and layout, the tokenizer metadata of a reference GGUF file,
+the embedded model's): the header every such file has, and a Hugging Face folder rewritten as Q4_1 tensor by
+tensor."""
 
 from __future__ import annotations
 
+import functools
 import json
 import struct
 from pathlib import Path
@@ -30,6 +32,8 @@ def gguf_name(name: str) -> str:
         return "token_embd.weight"
     if name == "model.norm.weight":
         return "output_norm.weight"
+    if name == "lm_head.weight":
+        return "output.weight"
     _, _, index, rest = name.split(".", 3)
     return f"blk.{index}.{GGUF_NAMES[rest]}"
 
@@ -52,6 +56,16 @@ def read_safetensors(path: Path) -> tuple[dict, object]:
     return header, get
 
 
+@functools.cache
+def _tokenizer_fields(reference: str) -> list[tuple[str, object, object]]:
+    """(key, value type, contents) of the reference file's tokenizer fields: read once per process, as parsing
+    49152 tokens and their merges takes gguf's reader seconds."""
+    import gguf
+
+    fields = gguf.GGUFReader(reference).fields.items()
+    return [(key, field.types[0], field.contents()) for key, field in fields if key.startswith("tokenizer.")]
+
+
 def _copy_tokenizer(writer, reference: Path) -> None:
     import gguf
 
@@ -64,21 +78,17 @@ def _copy_tokenizer(writer, reference: Path) -> None:
         kinds.FLOAT32: writer.add_float32,
         kinds.ARRAY: writer.add_array,
     }
-    for key, field in gguf.GGUFReader(reference).fields.items():
-        if key.startswith("tokenizer."):
-            add[field.types[0]](key, field.contents())
+    for key, kind, contents in _tokenizer_fields(str(reference)):
+        add[kind](key, contents)
 
 
-def write_gguf(folder: Path, out: Path, tokenizer_gguf: Path) -> None:
-    """Qwen2 layout (no Q/K permutation, unlike llama's); norms and biases stay float32, matrices Q4_1."""
+def start_writer(out: Path, cfg: dict, file_type, tokenizer_gguf: Path):
+    """A GGUFWriter holding a Qwen2 model's metadata (no Q/K permutation, unlike llama's) and the tokenizer."""
     import gguf
 
-    q4_1 = gguf.GGMLQuantizationType.Q4_1
-    cfg = json.loads((folder / "config.json").read_text())
-    header, get = read_safetensors(folder / "model.safetensors")
     writer = gguf.GGUFWriter(str(out), "qwen2")
     writer.add_name(out.stem)
-    writer.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_1)
+    writer.add_file_type(file_type)
     writer.add_context_length(cfg["max_position_embeddings"])
     writer.add_embedding_length(cfg["hidden_size"])
     writer.add_block_count(cfg["num_hidden_layers"])
@@ -91,14 +101,32 @@ def write_gguf(folder: Path, out: Path, tokenizer_gguf: Path) -> None:
     writer.add_vocab_size(cfg["vocab_size"])
     writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
     _copy_tokenizer(writer, tokenizer_gguf)
+    return writer
+
+
+def add_tensor_info(writer, name: str, dims: tuple[int, ...], qtype) -> None:
+    """Describe one tensor (torch's dims order) before any data is written."""
+    import gguf
+
+    if qtype == gguf.GGMLQuantizationType.F32:
+        writer.add_tensor_info(name, dims, np.dtype(np.float32), int(np.prod(dims)) * 4)
+    else:
+        raw = gguf.quants.quant_shape_to_byte_shape(dims, qtype)
+        writer.add_tensor_info(name, raw, np.dtype(np.uint8), int(np.prod(raw)), raw_dtype=qtype)
+
+
+def write_gguf(folder: Path, out: Path, tokenizer_gguf: Path) -> None:
+    """The folder's weights as Q4_1 (matrices) and float32 (norms, biases)."""
+    import gguf
+
+    q4_1 = gguf.GGMLQuantizationType.Q4_1
+    cfg = json.loads((folder / "config.json").read_text())
+    header, get = read_safetensors(folder / "model.safetensors")
+    writer = start_writer(out, cfg, gguf.LlamaFileType.MOSTLY_Q4_1, tokenizer_gguf)
     names = list(header)
     for name in names:  # first every tensor's description (sizes), then the data in the same order
         dims = tuple(header[name]["shape"])
-        if len(dims) == 1:
-            writer.add_tensor_info(gguf_name(name), dims, np.dtype(np.float32), int(np.prod(dims)) * 4)
-        else:
-            raw = gguf.quants.quant_shape_to_byte_shape(dims, q4_1)
-            writer.add_tensor_info(gguf_name(name), raw, np.dtype(np.uint8), int(np.prod(raw)), raw_dtype=q4_1)
+        add_tensor_info(writer, gguf_name(name), dims, gguf.GGMLQuantizationType.F32 if len(dims) == 1 else q4_1)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_ti_data_to_file()

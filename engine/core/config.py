@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from engine.errors import UnsupportedOptionError
 
+# a fixed budget for comparisons (the bench's baselines); the engine's own default is automatic (kv_policy.py)
 DEFAULT_KV_MEMORY = 512 * 1024**2
 
 
@@ -26,7 +27,8 @@ class EngineConfig:
     page_size: int = 16
     #: explicit number of KV pages; when None the pool is sized by kv_memory_bytes
     kv_pages: int | None = None
-    kv_memory_bytes: int = DEFAULT_KV_MEMORY
+    #: the KV budget; None: automatic, by the model's bytes per token and the memory free (engine/load/kv_policy.py)
+    kv_memory_bytes: int | None = None
     max_running: int = 64
     #: prefill + decode tokens computed in one step (chunked prefill keeps long prompts from stalling decodes);
     #: None picks one for the device (see step_tokens_for)
@@ -57,7 +59,7 @@ class EngineConfig:
             raise UnsupportedOptionError(f"page size must be between 1 and 4096 tokens, not {self.page_size}")
         if self.kv_pages is not None and self.kv_pages < 2:
             raise UnsupportedOptionError(f"the KV pool needs at least 2 pages, not {self.kv_pages}")
-        if self.kv_pages is None and self.kv_memory_bytes <= 0:
+        if self.kv_pages is None and self.kv_memory_bytes is not None and self.kv_memory_bytes <= 0:
             raise UnsupportedOptionError("the KV memory budget must be positive")
         if self.max_running < 1:
             raise UnsupportedOptionError(f"max running sequences must be at least 1, not {self.max_running}")
@@ -70,13 +72,17 @@ class EngineConfig:
         if not 0 <= self.prefill_stall_ratio <= 100:
             raise UnsupportedOptionError(f"the prefill stall ratio must be in [0, 100], not {self.prefill_stall_ratio}")
 
-    def pages_for(self, kv_bytes_per_token: int) -> int:
+    def pages_for(self, kv_bytes_per_token: int, auto_budget: int | None = None) -> int:
+        """Pages of the pool: kv_pages, or the budget's worth (auto_budget when the budget is automatic)."""
         if self.kv_pages is not None:
             return self.kv_pages
-        pages = self.kv_memory_bytes // (kv_bytes_per_token * self.page_size)
+        budget = self.kv_memory_bytes if self.kv_memory_bytes is not None else auto_budget
+        if budget is None:
+            raise UnsupportedOptionError("the KV budget is automatic but no automatic budget was worked out")
+        pages = budget // (kv_bytes_per_token * self.page_size)
         if pages < 2:
             raise UnsupportedOptionError(
-                f"a KV budget of {self.kv_memory_bytes} bytes holds fewer than 2 pages of "
-                f"{self.page_size} tokens for this model; raise it"
+                f"a KV budget of {budget} bytes holds fewer than 2 pages of {self.page_size} tokens for this model; "
+                "raise it"
             )
         return int(pages)

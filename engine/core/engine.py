@@ -12,7 +12,7 @@ import torch
 
 from engine.core.config import EngineConfig, step_tokens_for
 from engine.core.drafter import Drafter
-from engine.core.grammar import Grammars
+from engine.core.grammar import Grammars, Matcher
 from engine.core.metrics import MetricsRecorder, PageMap, StepRecord
 from engine.core.outputs import OutputProcessor
 from engine.core.page_pool import PagePool
@@ -22,11 +22,13 @@ from engine.core.runtime import runtime_record
 from engine.core.scheduler import Scheduler, SchedulerOutput
 from engine.core.step_cost import StepCostModel
 from engine.errors import InvalidRequestError, PromptTooLongError, UnsupportedOptionError
+from engine.load import kv_policy
 from engine.load.loader import LoadedModel
+from engine.load.memory import free_memory_bytes, release_freed_memory
 from engine.model import formats
 from engine.model.attention import PagedKVCache
 from engine.model.geometry import attention_geometry
-from engine.model.runner import ModelRunner
+from engine.model.runner import ModelRunner, output_size
 from engine.model.sampler import Sampler, token_logprobs
 from engine.types import FinishReason, SamplingParams, TokenEvent, TokenLogprob, new_request_id
 
@@ -52,26 +54,32 @@ class StepRun:
 
 def weight_formats(loaded: LoadedModel) -> tuple[str, ...]:
     """Formats the lean forward may use beside the model's own, the fastest per batch size measured at load: on a
-    CPU, bfloat16 copies when the user left the dtype to the studio, int8/int4 ones when they asked for those
-    (an explicit dtype without quantization is honoured: token-exact checks pin float32)."""
+    CPU, bfloat16 copies of a float32 model when the user left the dtype to the studio (an explicit dtype is
+    honoured: token-exact checks pin float32). A model held as stored (or quantized by the loader) runs its own, and,
+    under an automatic dtype, a bfloat16 (float32 without bfloat16 kernels) copy for the batch sizes it is measured
+    faster at, where that copy is small and fits (the lean forward decides: fast_forward.COPY_MAX_BYTES)."""
     options = loaded.options
     device = torch.device(options.device)
-    if options.dtype != torch.float32 or not (options.dtype_auto or options.engine_quantized):
-        return ()
-    candidates = [formats.BFLOAT16]
-    if options.engine_quantized:
-        if not formats.usable(options.quantization, device):
+    if loaded.as_stored:
+        if options.engine_quantized and not formats.usable(options.quantization, device):
             raise UnsupportedOptionError(
                 f"{options.quantization} needs torch's weight-only CPU kernel, which this torch build lacks; "
                 "choose bfloat16, or nf4 (bitsandbytes)"
             )
-        candidates.append(options.quantization)
-    usable = [fmt for fmt in candidates if formats.usable(fmt, device)]
+        if device.type != "cpu" or not options.dtype_auto or options.quantization != "none":
+            return ()
+        return (formats.BFLOAT16,) if formats.usable(formats.BFLOAT16, device) else (formats.FLOAT32,)
+    if options.dtype != torch.float32 or not options.dtype_auto:
+        return ()
+    usable = [fmt for fmt in (formats.BFLOAT16,) if formats.usable(fmt, device)]
     return (formats.FLOAT32, *usable) if usable else ()
 
 
 class Engine:
-    def __init__(self, loaded: LoadedModel, config: EngineConfig | None = None) -> None:
+    def __init__(
+        self, loaded: LoadedModel, config: EngineConfig | None = None, progress: Callable[[str], None] | None = None
+    ) -> None:
+        """progress: told what is measured and checked while the engine is built (the window's status bar)."""
         config = config or EngineConfig()
         if config.max_step_tokens is None:
             config = replace(config, max_step_tokens=step_tokens_for(str(loaded.options.device)))
@@ -82,21 +90,27 @@ class Engine:
         self.tokenizer = loaded.tokenizer
 
         geometry = attention_geometry(self.model.config)
-        kv_dtype = loaded.options.dtype
+        kv_dtype = loaded.kv_dtype
         self.kv_bytes_per_token = geometry.kv_bytes_per_token(torch.empty((), dtype=kv_dtype).element_size())
-        num_pages = config.pages_for(self.kv_bytes_per_token)
+        auto = None
+        if config.kv_memory_bytes is None and config.kv_pages is None:  # sized here, with the model loaded
+            auto = kv_policy.default_budget(self.kv_bytes_per_token, free_memory_bytes(str(loaded.options.device)))
+        num_pages = config.pages_for(self.kv_bytes_per_token, auto)
         ps = config.page_size
         self.cache = PagedKVCache(
             geometry.num_layers, geometry.num_kv_heads, geometry.head_dim, num_pages, ps, kv_dtype,
             loaded.options.device,
         )  # fmt: skip
-        self.runner = ModelRunner(self.model, self.cache, config.optimize, weight_formats(loaded), config.compiled_step)
+        self.runner = ModelRunner(
+            self.model, self.cache, config.optimize, weight_formats(loaded), config.compiled_step, progress
+        )
+        release_freed_memory()  # the copies the format measurement built and dropped: back to the OS, not the heap
         self.kernels = self.runner.kernels
         self.step_cost = StepCostModel(
             config.prefill_budget_s or 0.0, config.prefill_stall_ratio, min_tokens=ps, max_tokens=config.max_step_tokens
         )
         self.metrics = MetricsRecorder(config.metrics_capacity)
-        self.vocab_size = self.model.get_output_embeddings().weight.shape[0]
+        self.vocab_size = output_size(self.model)
         text_config = self.model.config.get_text_config()
         self.context_length = getattr(text_config, "max_position_embeddings", None) or num_pages * ps
         eos_ids = eos_token_ids(self.tokenizer, self.model)
@@ -153,8 +167,9 @@ class Engine:
     ) -> list[int]:
         return encode_prompt(self.tokenizer, prompt=prompt, messages=messages, raw=raw, tools=tools)
 
-    def check_request(self, prompt_ids: Sequence[int], params: SamplingParams) -> None:
-        """Refuse what can never run, with a message for the user. Safe to call from any thread."""
+    def check_request(self, prompt_ids: Sequence[int], params: SamplingParams, *, grammar: bool = True) -> None:
+        """Refuse what can never run, with a message for the user. Safe to call from any thread. grammar=False: the
+        caller has the request's matcher already (its grammar was checked when it was made)."""
         params.validate()
         if not prompt_ids:
             raise InvalidRequestError("the prompt is empty")
@@ -166,8 +181,8 @@ class Engine:
             )
         if any(not 0 <= t < self.vocab_size for t, _ in params.logit_bias):
             raise InvalidRequestError(f"logit bias token ids must be in [0, {self.vocab_size})", param="logit_bias")
-        if params.structured is not None:
-            self.grammars.matcher(params.structured)  # compiled (and cached) now: a bad schema is the caller's error
+        if params.structured is not None and grammar:
+            self.grammars.check(params.structured)  # compiled (and cached) now: a bad schema is the caller's error
         if len(prompt_ids) + 1 > self.pool_tokens:
             raise PromptTooLongError(
                 f"the prompt has {len(prompt_ids)} tokens but the KV cache holds only {self.pool_tokens}; "
@@ -181,14 +196,17 @@ class Engine:
         request_id: str | None = None,
         tag: str = "",
         arrival_time: float | None = None,
+        matcher: Matcher | None = None,
     ) -> Request:
+        """matcher: the request's grammar matcher, made by the caller (EngineThread.submit makes it in the caller's
+        thread, so a grammar evicted from the cache meanwhile is never compiled in the engine's)."""
         params = params or SamplingParams()
-        self.check_request(prompt_ids, params)
+        self.check_request(prompt_ids, params, grammar=matcher is None)
         request = Request(request_id or new_request_id(), list(prompt_ids), params, tag=tag)
         if arrival_time is not None:
             request.arrival_time = arrival_time
         if params.structured is not None:
-            request.matcher = self.grammars.matcher(params.structured)
+            request.matcher = matcher or self.grammars.matcher(params.structured)
         if request.request_id in self.requests:
             raise InvalidRequestError(f"request id {request.request_id!r} is already in use")
         self.requests[request.request_id] = request

@@ -97,6 +97,12 @@ class EngineThread:
             return f"the engine has made no progress for {stalled:.0f} s while requests wait"
         return None
 
+    def started(self, request_id: str) -> bool:
+        """Whether the engine has scheduled the request at least once (a cheap read from any thread): False while it
+        waits in the queue, or before it is added."""
+        request = self.engine.requests.get(request_id)
+        return request is not None and request.first_scheduled_time is not None
+
     @property
     def num_waiting(self) -> int:
         """Requests not yet running: queued in the scheduler or not yet added (a cheap read from any thread)."""
@@ -134,6 +140,9 @@ class EngineThread:
         if prompt_ids is None:
             prompt_ids = self.engine.encode(prompt=prompt, messages=messages, raw=raw, tools=tools)
         self.engine.check_request(prompt_ids, params)
+        # the grammar's matcher is made here too: its compile (or a compile again, if the cache let it go) is the
+        # caller's time, never a step's
+        matcher = self.engine.grammars.matcher(params.structured) if params.structured is not None else None
         request_id = request_id or new_request_id()
         handle = RequestHandle(self.cancel, request_id, len(prompt_ids), watchdog=self.health)
         arrival = time.monotonic()
@@ -143,7 +152,9 @@ class EngineThread:
             self._adding -= 1
             self._handles.add(request_id, handle)
             try:
-                self.engine.add_request(ids, params, request_id=request_id, tag=tag, arrival_time=arrival)
+                self.engine.add_request(
+                    ids, params, request_id=request_id, tag=tag, arrival_time=arrival, matcher=matcher
+                )
             except Exception as exc:  # validated already; anything left is reported on the handle
                 self._handles.remove(request_id)
                 now = time.monotonic()

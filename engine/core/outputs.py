@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 
 from engine.core.detokenizer import IncrementalDetokenizer
+from engine.core.grammar import GrammarFailedError
 from engine.core.metrics import MetricsRecorder, TokenRecord
 from engine.core.request import Request
 from engine.core.scheduler import Scheduler
@@ -52,6 +53,8 @@ class OutputProcessor:
             reason = None
             try:
                 for index, token in enumerate(new):
+                    if request.matcher is not None:
+                        request.matcher.consume(token)  # first: a token the grammar refuses is not the reply's
                     previous = request.token_times[-1] if request.token_times else request.arrival_time
                     request.output_ids.append(token)
                     request.token_times.append(now)
@@ -59,11 +62,14 @@ class OutputProcessor:
                     records.append(TokenRecord(request.request_id, request.tag, now, count, now - previous, index > 0))
                     kept.append(token)
                     text += detok.add(token)
-                    if request.matcher is not None:
-                        request.matcher.consume(token)
                     reason = self._stop_reason(request, token, detok)
                     if reason is not None:
                         break
+            except GrammarFailedError as exc:  # the request's own grammar: it ends with the reason, step-mates go on
+                log.info("request %s: %s", request.request_id, exc)
+                events.append(self.finish(request, FinishReason.ERROR, now, token_ids=kept, text=text, error=str(exc),
+                                          error_param=exc.param))  # fmt: skip
+                continue
             except Exception as exc:  # one request's text cannot be made: fail it, not its step-mates
                 log.exception("detokenizing request %s failed", request.request_id)
                 error = f"the engine could not turn this reply's tokens into text: {type(exc).__name__}: {exc}"
@@ -99,6 +105,7 @@ class OutputProcessor:
         token_ids: list[int] | None = None,
         text: str = "",
         error: str | None = None,
+        error_param: str | None = None,
     ) -> TokenEvent:
         """End the request: its pages go back at once, the text held back is flushed, its stats recorded."""
         self.scheduler.finish(request, reason)
@@ -111,5 +118,5 @@ class OutputProcessor:
         self.metrics.record_finished({"request_id": request.request_id, "tag": request.tag, **asdict(stats)})
         return TokenEvent(
             request.request_id, request.tag, token_ids or [], text, now,
-            finished=True, finish_reason=reason, stats=stats, error=error,
+            finished=True, finish_reason=reason, stats=stats, error=error, error_param=error_param,
         )  # fmt: skip

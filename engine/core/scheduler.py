@@ -35,6 +35,25 @@ class ScheduledChunk:
         return self.is_decode or bool(self.draft)
 
 
+#: how far down the waiting queue a step looks for prompts short enough to go before long ones
+LOOKAHEAD = 16
+
+
+@dataclass
+class _Budget:
+    """What is left of a step: tokens in all, and of those, prefill tokens (the time budget's share)."""
+
+    tokens: int
+    prefill: int
+
+    def prefill_limit(self) -> int:
+        return min(self.tokens, self.prefill)
+
+    def spend(self, n: int) -> None:
+        self.tokens -= n
+        self.prefill -= n
+
+
 @dataclass
 class SchedulerOutput:
     chunks: list[ScheduledChunk] = field(default_factory=list)
@@ -122,45 +141,69 @@ class Scheduler:
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput()
         # an engine always resolves the budget for its device; a bare scheduler (tests) takes the CPU one
-        budget = self.config.max_step_tokens or CPU_STEP_TOKENS
+        step_tokens = self.config.max_step_tokens or CPU_STEP_TOKENS
         # Decodes first: one token each, so a long prefill never stalls the streams already running; prefill gets
         # what is left, within a budget that keeps the step short while streams wait on it.
         decoding = [r for r in self.running if r.decoding]
         prefilling = [r for r in self.running if not r.decoding]
-        prefill = self.prefill_budget(len(decoding)) if self.prefill_budget else budget
+        prefill = self.prefill_budget(len(decoding)) if self.prefill_budget else step_tokens
         out.prefill_budget = prefill
-        for request in decoding + prefilling:
-            limit = budget if request.decoding else min(budget, prefill)
-            if limit <= 0:
-                continue
-            if request.status is not RequestStatus.RUNNING:
-                continue  # preempted earlier in this loop
-            n = min(request.remaining_to_compute, limit)
-            if not self._grow(request, request.num_computed + n, out):
-                continue
-            out.chunks.append(self._chunk(request, n))
-            budget -= n
-            if not request.decoding:
-                prefill -= n
+        budget = _Budget(step_tokens, prefill)
+        for request in decoding:
+            if budget.tokens <= 0 or request.status is not RequestStatus.RUNNING:
+                continue  # out of tokens, or preempted earlier in this loop
+            n = min(request.remaining_to_compute, budget.tokens)
+            if self._grow(request, request.num_computed + n, out):
+                out.chunks.append(self._chunk(request, n))
+                budget.tokens -= n
+        # Prefill: prompts that finish within one step's tokens go first, then the long ones. The time budget bounds
+        # each step, but it used to go to the oldest prompt whole: a new chat's question arriving beside a 6,169-token
+        # prompt waited for all of it (136 s on a loaded 2-core machine); now its first token comes a step or two
+        # after it arrives, and the long prompt takes what is left (at least a page a step, so it always advances).
+        slow = [r for r in prefilling if r.remaining_to_compute > step_tokens]
+        for request in prefilling:
+            if request not in slow:
+                self._prefill(request, budget.prefill_limit(), budget, out)
+        self._admit_waiting(budget, out, quick_within=step_tokens)
+        for index, request in enumerate(slow):
+            floor = self.page_size if index == 0 else 0  # the oldest long prompt advances every step
+            self._prefill(request, min(budget.tokens, max(budget.prefill_limit(), floor)), budget, out)
         # Drafts once every running request has the pages for its own next tokens: a draft only uses pages that are
         # free then, and never preempts anyone (nor ends a lone request that still has room for its real tokens).
         if self.drafter is not None and len(decoding) <= self.config.speculative_max_batch:
             for index, chunk in enumerate(out.chunks):
-                if budget > 0 and chunk.is_decode and chunk.samples:
-                    draft = self._draft(chunk.request, budget)
+                if budget.tokens > 0 and chunk.is_decode and chunk.samples:
+                    draft = self._draft(chunk.request, budget.tokens)
                     if draft:
                         out.chunks[index] = self._chunk(chunk.request, 1, tuple(draft))
-                        budget -= len(draft)
-
-        while self.waiting and min(budget, prefill) > 0 and len(self.running) < self.config.max_running:
-            chunk = self._admit(self.waiting[0], min(budget, prefill), out)
-            if chunk is None:
-                break
-            self.waiting.popleft()
-            out.chunks.append(chunk)
-            budget -= chunk.num_tokens
-            prefill -= chunk.num_tokens
+                        budget.tokens -= len(draft)
+        self._admit_waiting(budget, out)
         return out
+
+    def _prefill(self, request: Request, limit: int, budget: _Budget, out: SchedulerOutput) -> None:
+        """The next chunk of a running request's prompt (or of its recompute after preemption), up to limit tokens."""
+        if limit <= 0 or request.status is not RequestStatus.RUNNING:  # out of budget, or preempted meanwhile
+            return
+        n = min(request.remaining_to_compute, limit)
+        if self._grow(request, request.num_computed + n, out):
+            out.chunks.append(self._chunk(request, n))
+            budget.spend(n)
+
+    def _admit_waiting(self, budget: _Budget, out: SchedulerOutput, quick_within: int | None = None) -> None:
+        """Admit waiting requests in arrival order while budget, pages and running slots last. quick_within: only
+        those whose uncached prompt fits in that many tokens (looking LOOKAHEAD requests down the queue)."""
+        candidates = list(self.waiting)[:LOOKAHEAD] if quick_within is not None else list(self.waiting)
+        for request in candidates:
+            if budget.prefill_limit() <= 0 or len(self.running) >= self.config.max_running:
+                return
+            chunk = self._admit(request, budget.prefill_limit(), out, quick_within)
+            if chunk is None:
+                if quick_within is None:
+                    return  # out of pages: later requests wait behind this one
+                continue
+            self.waiting.remove(request)
+            out.chunks.append(chunk)
+            budget.spend(chunk.num_tokens)
 
     @staticmethod
     def _chunk(request: Request, n: int, draft: tuple[int, ...] = ()) -> ScheduledChunk:
@@ -206,11 +249,19 @@ class Scheduler:
             request.page_table.extend(self.pool.allocate(needed))
         return True
 
-    def _admit(self, request: Request, budget: int, out: SchedulerOutput) -> ScheduledChunk | None:
+    def _admit(
+        self, request: Request, budget: int, out: SchedulerOutput, quick_within: int | None = None
+    ) -> ScheduledChunk | None:
         ps = self.page_size
         tokens = request.all_ids
+        if quick_within is not None:
+            most_cached = (len(tokens) - 1) // ps * ps if self.pool.enable_caching else 0
+            if len(tokens) - most_cached > quick_within:
+                return None  # not quick even if all of it were cached: no need to hash it
         hit = self.pool.match_prefix(tokens)
         hit_tokens = hit.num_pages * ps
+        if quick_within is not None and len(tokens) - hit_tokens > quick_within:
+            return None
         reserve = self.watermark if self.running else 0
         available = self.pool.num_free - self.pool.num_free_among(hit.pages) - reserve
         n = min(len(tokens) - hit_tokens, budget)

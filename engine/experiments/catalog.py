@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from engine.errors import StudioError
 from engine.experiments.capacity import capacity
@@ -146,8 +146,8 @@ def prefix_sharing(ctx: ExperimentContext) -> ExperimentResult:
 
 def quantization(ctx: ExperimentContext, alternative: LoadOptions | None = None) -> ExperimentResult:
     loaded = ctx.loaded
-    current = LoadOptions(dtype=loaded.info.dtype, quantization=loaded.info.quantization, device=loaded.info.device)
-    alternative = alternative or _alternative_for(current)
+    current = replace(loaded.info.load_options, device=loaded.info.device)
+    alternative = alternative or _alternative_for(current, loaded.info.source_kind)
     columns = ["variant", "weights", "TTFT", "decode speed", "reply begins"]
     title = "Quantization: the same prompt on two variants"
     if alternative is None:
@@ -166,7 +166,8 @@ def quantization(ctx: ExperimentContext, alternative: LoadOptions | None = None)
         return ExperimentResult("quantization", title, columns, [], [f"Could not load the variant: {exc}"])
     try:
         for variant in (loaded, other):
-            label = _describe(LoadOptions(variant.info.dtype, variant.info.quantization, variant.info.device))
+            label = _describe(LoadOptions(variant.info.dtype, variant.info.quantization.split("+")[0],
+                                          variant.info.device))  # fmt: skip
             sub = ExperimentContext(variant, ctx.base_config, ctx.sizes, ctx.on_phase, ctx.progress, ctx.cancelled)
             prompt = text_prompt(variant.tokenizer, 0, "Explain in two sentences why the sky is blue.")
             engine = sub.engine(f"experiment: quantization, {label}", [len(prompt) + reply], prefix_caching=False)
@@ -200,11 +201,11 @@ def quantization(ctx: ExperimentContext, alternative: LoadOptions | None = None)
     return ExperimentResult("quantization", title, columns, rows, notes, figures)
 
 
-def _alternative_for(current: LoadOptions) -> LoadOptions | None:
+def _alternative_for(current: LoadOptions, source_kind: str | None = None) -> LoadOptions | None:
     if current.quantization != "none":
         return LoadOptions(dtype=current.dtype, quantization="none", device=current.device)
     for quant in ("nf4", "int8"):
-        if quantization_problem(quant, current.device) is None:
+        if quantization_problem(quant, current.device, source_kind) is None:
             dtype = "float32" if current.dtype == "float16" and current.device == "cpu" else current.dtype
             return LoadOptions(dtype=dtype, quantization=quant, device=current.device)
     return None

@@ -20,6 +20,11 @@ class ModelShape:
     hidden_size: int = 0
     intermediate_size: int = 0
     num_heads: int = 0
+    vocab_size: int = 0
+    tied_embeddings: bool = True
+
+    def kv_bytes_per_token(self, element_size: int) -> int:
+        return self.num_layers * 2 * self.num_kv_heads * self.head_dim * element_size
 
 
 @dataclass(frozen=True)
@@ -29,17 +34,23 @@ class MemoryEstimate:
     quantization: str
     weight_bytes: int
     kv_bytes_per_token: int
-    #: at most this much more for the engine's own copies of the weights in faster formats (CPU: prepacked float32,
+    #: about this much more for the engine's own copies of the weights in faster formats (CPU: prepacked float32,
     #: bfloat16, int8/int4 where chosen); the model's weights stay for the reference path
     engine_copy_bytes: int = 0
     #: what the chosen format does to decode speed here, measured on this model's layer shapes (or "")
     decode_note: str = ""
+    #: the process around the weights: the libraries, the tokenizer, a step's activations and logits
+    runtime_bytes: int = 0
+    #: what each stored tensor becomes ("int4 (Q4_K as stored): 217 tensors; int8 (Q6_K requantized per row): ...")
+    weight_formats: str = ""
+    kv_dtype: str = "float32"
 
     def kv_tokens_for(self, kv_budget_bytes: int) -> int:
         return max(0, kv_budget_bytes // self.kv_bytes_per_token)
 
     def total_bytes(self, kv_budget_bytes: int) -> int:
-        return self.weight_bytes + self.engine_copy_bytes + kv_budget_bytes
+        """The resident memory of a studio process serving this model with this KV budget."""
+        return self.weight_bytes + self.engine_copy_bytes + kv_budget_bytes + self.runtime_bytes
 
 
 def format_bytes(value: float) -> str:

@@ -90,12 +90,18 @@ def dtype_problem(dtype: str, device: str) -> str | None:
     return None
 
 
-def quantization_problem(quantization: str, device: str) -> str | None:
-    """Why this quantization can't be used on this device, or None when it can."""
+GGUF_SOURCES = ("gguf-file", "embedded")
+
+
+def quantization_problem(quantization: str, device: str, source_kind: str | None = None) -> str | None:
+    """Why this quantization can't be used on this device (for this kind of source, when given), or None when it
+    can."""
     if quantization not in QUANTIZATIONS:
         return f"unknown quantization {quantization!r}; choose one of {', '.join(QUANTIZATIONS)}"
     if quantization == "none":
         return None
+    if source_kind in GGUF_SOURCES and (quantization in ("nf4", "fp4") or device != "cpu"):
+        return gguf_quantization_problem(quantization)
     if quantization == "int4" and device != "cpu":
         return "int4 is the engine's CPU kernel; on a GPU choose nf4 (bitsandbytes) for 4-bit weights"
     if quantization in ENGINE_QUANTIZATIONS and device == "cpu":
@@ -105,6 +111,13 @@ def quantization_problem(quantization: str, device: str) -> str | None:
     if device == "mps":
         return f"bitsandbytes has no {quantization} backend for Apple's MPS; use --device cpu or --quant none"
     return None
+
+
+def gguf_quantization_problem(quantization: str) -> str:
+    return (
+        f"{quantization} is bitsandbytes' format for safetensors models; a GGUF file loads as it is stored (or "
+        "--quant int8/int4 on a CPU, --dtype float32 for the exact reference)"
+    )
 
 
 def auto_dtype(device: str) -> torch.dtype:

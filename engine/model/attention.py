@@ -85,8 +85,11 @@ class StepContext:
 
         return self._cached("write", build)
 
-    def decode_gather(self, layer_storage: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Keys and values of every decode row's pages, padded to the longest: two [kv_heads * d, len, dim].
+    def decode_gather(
+        self, layer_storage: torch.Tensor, dtype: torch.dtype | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys and values of every decode row's pages, padded to the longest: two [kv_heads * d, len, dim], in
+        `dtype` (the cache's when None).
 
         A dim-0 index_select over whole pages (rows of page_size * dim) copies with memcpy, two to three times
         faster than selecting along the page dimension of the [kv_heads, pages, ...] layout; the output
@@ -105,6 +108,11 @@ class StepContext:
             lambda: torch.empty(flat_index.numel(), ps * dim, dtype=layer_storage.dtype, device=layer_storage.device),
         )
         torch.index_select(layer_storage.view(heads2 * cache.num_pages, ps * dim), 0, flat_index, out=buffer)
+        if dtype is not None and dtype != buffer.dtype:  # a 16-bit cache read as float32: one reused buffer too
+            widened = self._cached(
+                "gather_widened", lambda: torch.empty(buffer.shape, dtype=dtype, device=buffer.device)
+            )
+            buffer = widened.copy_(buffer)
         gathered = buffer.view(2, cache.num_kv_heads * self.num_decode, self.decode_max_pages * ps, dim)
         return gathered[0], gathered[1]
 
@@ -154,7 +162,7 @@ def _decode_attention(
     d, heads, head_dim = ctx.num_decode, query.shape[1], query.shape[2]
     kv_heads = ctx.cache.num_kv_heads
     group = heads // kv_heads
-    keys, values = ctx.decode_gather(storage)
+    keys, values = ctx.decode_gather(storage, query.dtype)  # a 16-bit cache under float32 activations: widened
     # heads are grouped by kv head (head h uses kv head h // group), as in repeat_kv
     q = query[:d].reshape(d, kv_heads, group, head_dim).transpose(0, 1).reshape(kv_heads * d, group, head_dim)
     scores = torch.baddbmm(ctx.decode_mask(sliding_window, q.dtype), q, keys.transpose(1, 2), alpha=scale)
@@ -180,9 +188,13 @@ def _prefill_attention(
     if chunk.page_index is None:
         k = key[rows].transpose(0, 1).unsqueeze(0)
         v = value[rows].transpose(0, 1).unsqueeze(0)
+        if k_pages.dtype != k.dtype:  # attend over what the cache holds, as later steps and the compiled step do
+            k, v = k.to(k_pages.dtype), v.to(k_pages.dtype)
     else:
         k = k_pages.index_select(1, chunk.page_index).view(1, kv_heads, -1, head_dim)[:, :, : chunk.context_len]
         v = v_pages.index_select(1, chunk.page_index).view(1, kv_heads, -1, head_dim)[:, :, : chunk.context_len]
+    if k.dtype != query.dtype:  # a 16-bit cache under float32 activations: attend in float32
+        k, v = k.to(query.dtype), v.to(query.dtype)
     mask = None
     offset = chunk.context_len - chunk.q_len
     if offset or sliding_window:

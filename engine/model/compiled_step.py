@@ -29,9 +29,9 @@ import torch
 from torch import nn
 
 from engine.model import formats as formats_
-from engine.model import kernels
+from engine.model import kernels, stored
 from engine.model.batch import CHUNK_COLUMNS
-from engine.model.quantized import INT4_GROUP, Int4Linear, Int8Linear
+from engine.model.quantized import INT4_GROUP, HalfLinear, Int4Linear, Int8Linear
 from engine.paths import cache_dir
 
 log = logging.getLogger(__name__)
@@ -45,8 +45,9 @@ ARCH_ENV = "INFERENCE_STUDIO_COMPILED_STEP_ARCH"
 _ARCH_FOR_ATEN_CAPABILITY = {"avx2": "x86-64-v3", "default": "x86-64-v2"}
 # The linear kinds the C++ step computes, by the names decode_step.cpp defines (KINDS): checked against the library's
 # contract() when it loads, as are batch.CHUNK_COLUMNS
-PACKED, INT8, INT4 = "onednn_packed", "int8", "int4"
-KINDS = (PACKED, INT8, INT4)
+PACKED, DENSE, INT8, INT4 = "onednn_packed", "dense", "int8", "int4"
+KINDS = (PACKED, DENSE, INT8, INT4)
+KV_DTYPES = (torch.float32, torch.bfloat16)  # the KV caches it reads and writes
 
 
 class CompileUnavailable(RuntimeError):
@@ -237,17 +238,26 @@ def failure_expected() -> bool:
     return _state.failure is not None and _state.expected
 
 
-def _linear_spec(module: nn.Module) -> tuple | None:
-    """(kind, a, b, bias, group, bfloat16 input) for the kernels the C++ step calls, or None for others."""
+def _linear_specs(module: nn.Module) -> list[tuple]:
+    """(kind, a, b, bias, group, bfloat16 input, out features) of each linear the module computes side by side, for
+    the kernels the C++ step calls; CompileUnavailable for modules it has none for."""
+    if isinstance(module, stored.SplitLinear):
+        return [spec for part in module.parts for spec in _linear_specs(part)]
+    rows = module.out_features
     if isinstance(module, Int8Linear):
-        return INT8, module.q, module.scale, module.bias, 0, True
+        return [(INT8, module.q, module.scale, module.bias, 0, True, rows)]
     if isinstance(module, Int4Linear):
-        return INT4, module.packed, module.scales_and_zeros, module.bias, INT4_GROUP, True
+        return [(INT4, module.packed, module.scales_and_zeros, module.bias, INT4_GROUP, True, rows)]
     if isinstance(module, formats_.FormattedLinear):
-        return PACKED, module.packed, None, module.bias, 0, module.dtype == torch.bfloat16
+        return [(PACKED, module.packed, None, module.bias, 0, module.dtype == torch.bfloat16, rows)]
     if isinstance(module, kernels.PackedLinear):
-        return PACKED, module.packed, None, module.bias, 0, False
-    return None
+        return [(PACKED, module.packed, None, module.bias, 0, False, rows)]
+    if isinstance(module, HalfLinear) or type(module) is nn.Linear:
+        weight = module.weight.detach()
+        if weight.dtype not in (torch.float32, torch.bfloat16):
+            raise CompileUnavailable(f"{weight.dtype} weights have no compiled kernel")
+        return [(DENSE, weight, None, module.bias, 0, weight.dtype == torch.bfloat16, rows)]
+    raise CompileUnavailable(f"{type(module).__name__} linears have no compiled kernel")
 
 
 class CompiledStep:
@@ -260,11 +270,8 @@ class CompiledStep:
         for layer, modules in zip(fast.layers, linears.layers, strict=True):
             self.model.add_layer(layer.input_norm.float(), layer.post_norm.float(), layer.sliding_window or 0)
             for slot, module in enumerate(modules):
-                spec = _linear_spec(module)
-                if spec is None:
-                    raise CompileUnavailable(f"{type(module).__name__} linears have no compiled kernel")
-                kind, a, b, bias, group, bf16 = spec
-                self.model.add_linear(slot, kind, a, b, None if bias is None else bias.float(), group, bf16)
+                for kind, a, b, bias, group, bf16, rows in _linear_specs(module):
+                    self.model.add_linear(slot, kind, a, b, None if bias is None else bias.float(), group, bf16, rows)
 
     def forward(self, hidden, cos, sin, storage, chunks, pages) -> torch.Tensor:
         return self.model.forward(hidden, cos, sin, storage, chunks, pages)
@@ -272,8 +279,8 @@ class CompiledStep:
 
 def build_steps(fast, linear_sets: dict) -> tuple[dict[str, CompiledStep], str | None]:
     """The compiled step for each weight format that has one, and why there is none where there isn't."""
-    if fast.model.device.type != "cpu" or next(fast.model.parameters()).dtype != torch.float32:
-        return {}, "float32 models on a CPU only"
+    if fast.device.type != "cpu" or fast.dtype != torch.float32:
+        return {}, "float32 activations on a CPU only"
     if not ensure_loaded():
         return {}, failure_reason()
     steps: dict[str, CompiledStep] = {}

@@ -19,11 +19,11 @@ from torch import nn
 
 from engine.model import kernels
 from engine.model.quantized import Int4Linear, Int8Linear
+from engine.model.weights import BFLOAT16, FLOAT32, INT4, INT8
 from engine.paths import cache_dir
 
 log = logging.getLogger(__name__)
 
-FLOAT32, BFLOAT16, INT8, INT4 = "float32", "bfloat16", "int8", "int4"
 BUCKETS = (1, 4, 16, 64)  # rows a step multiplies: a few decode rows ... many rows or a prefill chunk
 DTYPES = {FLOAT32: torch.float32, BFLOAT16: torch.bfloat16}
 QUANTIZED = {INT8: Int8Linear, INT4: Int4Linear}
@@ -81,6 +81,7 @@ class FormatChoice:
 
     chosen: dict[int, str]
     timings_ms: dict[str, dict[int, float]] = field(default_factory=dict)
+    measured_on: str = ""  # what a pass covered: "4 of 30 layers"
 
     def format_for(self, rows: int) -> str:
         for bucket in sorted(self.chosen):
@@ -100,7 +101,8 @@ class FormatChoice:
             f"{fmt} " + "/".join(f"{self.timings_ms[fmt][b]:.1f}" for b in sorted(self.timings_ms[fmt]))
             for fmt in self.timings_ms
         )
-        return f"{spans} (measured ms per pass at {'/'.join(map(str, sorted(self.chosen)))} rows: {ms})"
+        over = f" over {self.measured_on}" if self.measured_on else ""
+        return f"{spans} (measured ms per pass{over} at {'/'.join(map(str, sorted(self.chosen)))} rows: {ms})"
 
 
 def single(fmt: str) -> FormatChoice:
@@ -108,36 +110,52 @@ def single(fmt: str) -> FormatChoice:
 
 
 def measure(
-    passes: dict[str, Callable[[int], None]], buckets: Sequence[int] = BUCKETS, key: str | None = None
+    passes: dict[str, Callable[[int], None]],
+    buckets: Sequence[int] = BUCKETS,
+    key: str | None = None,
+    layers: str = "",
+    budget_s: float | None = None,
 ) -> FormatChoice:
-    """passes[format](rows) runs every linear of the model once on `rows` rows; the fastest format per bucket wins.
-    Formats are timed in turns (a busy spell of a shared machine hits them alike) and compared by their medians.
-    With a key (this machine, model shape, torch), the choice is remembered in the user cache: later starts are
-    instant and choose alike."""
-    remembered = _remembered(key, passes, buckets)
-    if remembered is not None:
-        return remembered
+    """passes[format](rows) runs every linear of the measured layers once on `rows` rows; the fastest format per
+    bucket wins. Formats are timed in turns (a busy spell of a shared machine hits them alike) and compared by their
+    medians, for up to ROUNDS rounds or until budget_s (MEASURE_BUDGET_S) is spent, at least one. With a key (this
+    machine, model shape, torch), the choice is remembered in the user cache: later starts are instant and choose
+    alike."""
+    found = _remembered(key, passes, buckets)
+    if found is not None:
+        return found
+    budget_s = MEASURE_BUDGET_S if budget_s is None else budget_s
     samples: dict[str, dict[int, list[float]]] = {fmt: {rows: [] for rows in buckets} for fmt in passes}
+    started = time.perf_counter()
     with torch.inference_mode():
         for rows in buckets:
             for run in passes.values():
                 run(rows)  # warm-up: oneDNN creates its primitives on the first call
-            for _ in range(ROUNDS):
+        for done in range(ROUNDS):
+            if done and time.perf_counter() - started > budget_s:
+                break
+            for rows in buckets:
                 for fmt, run in passes.items():
-                    started = time.perf_counter()
+                    began = time.perf_counter()
                     run(rows)
-                    samples[fmt][rows].append(time.perf_counter() - started)
+                    samples[fmt][rows].append(time.perf_counter() - began)
     timings = {
         fmt: {rows: statistics.median(v) * 1e3 for rows, v in by_rows.items()} for fmt, by_rows in samples.items()
     }
     chosen = {rows: min(passes, key=lambda fmt: timings[fmt][rows]) for rows in buckets}
-    choice = FormatChoice(chosen, timings)
+    choice = FormatChoice(chosen, timings, layers)
     log.info("weight formats: %s", choice.describe())
     _remember(key, choice)
     return choice
 
 
 ROUNDS = 7
+MEASURE_BUDGET_S = 3.0  # rounds stop once this is spent (the load waits for it)
+
+
+def remembered(key: str, formats: Sequence[str], buckets: Sequence[int] = BUCKETS) -> FormatChoice | None:
+    """The choice remembered for this key among these formats, if any (nothing is measured)."""
+    return _remembered(key, dict.fromkeys(formats), buckets)
 
 
 def machine_key(*parts: object) -> str:
@@ -169,7 +187,7 @@ def _remembered(key: str | None, passes: dict, buckets: Sequence[int]) -> Format
     if set(chosen) != set(buckets) or not set(chosen.values()) <= set(passes):
         return None
     timings = {fmt: {int(r): float(v) for r, v in t.items()} for fmt, t in entry.get("timings", {}).items()}
-    return FormatChoice(chosen, timings)
+    return FormatChoice(chosen, timings, str(entry.get("measured_on", "")))
 
 
 def _remember(key: str | None, choice: FormatChoice) -> None:
@@ -179,7 +197,7 @@ def _remember(key: str | None, choice: FormatChoice) -> None:
         store = json.loads(_store().read_text()) if _store().exists() else {}
     except (OSError, ValueError):
         store = {}
-    store[key] = {"chosen": choice.chosen, "timings": choice.timings_ms}
+    store[key] = {"chosen": choice.chosen, "timings": choice.timings_ms, "measured_on": choice.measured_on}
     try:
         _store().write_text(json.dumps(store, indent=1))
     except OSError:  # a read-only cache: measured again next time, nothing lost

@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from engine.load.memory import free_memory_bytes
+from engine.model import weights
 
 log = logging.getLogger(__name__)
 
@@ -49,12 +50,12 @@ class PackedLinear(nn.Module):
 
 
 def should_pack(model: nn.Module) -> bool:
-    """Prepacked weights are a second copy of every linear weight: worth it on a CPU in float32 when that
-    copy fits easily beside everything else (a quarter of the memory available now)."""
-    param = next(model.parameters())
-    if param.device.type != "cpu" or param.dtype != torch.float32 or not onednn_packing_available():
+    """Prepacked weights are a second copy of every float32 linear weight: worth it on a CPU when that copy fits
+    easily beside everything else (a quarter of the memory available now). Other formats are never prepacked."""
+    float32 = [m for m in model.modules() if type(m) is nn.Linear and m.weight.dtype == torch.float32]
+    if weights.device_of(model).type != "cpu" or not float32 or not onednn_packing_available():
         return False
-    linear_bytes = sum(m.weight.numel() * 4 for m in model.modules() if type(m) is nn.Linear)
+    linear_bytes = sum(m.weight.numel() * 4 for m in float32)
     return linear_bytes < free_memory_bytes("cpu") // 4
 
 

@@ -4,6 +4,8 @@ matrix; what is picked from is float32's)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
@@ -19,18 +21,47 @@ BF16_U = 2.0**-8
 F32_U = 2.0**-24
 
 
+EXACT_BLOCK_ROWS = 4096  # a quantized head's rows dequantized at a time for an exact pass (a few MiB of float32)
+
+
+class DequantizedHead(nn.Module):
+    """A head held in a weight module (int8, int4, 16-bit), computed exactly in float32 over its dequantized weights,
+    a block of rows at a time: for the steps that need every logit exact (logprobs, a logit bias)."""
+
+    def __init__(self, module: nn.Module) -> None:
+        super().__init__()
+        self._module = [module]  # not registered: the model owns it
+        self.in_features, self.out_features = module.in_features, module.out_features
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        module = self._module[0]
+        x = hidden.float()
+        out = torch.empty(x.shape[0], self.out_features, device=x.device)
+        for start in range(0, self.out_features, EXACT_BLOCK_ROWS):
+            ids = torch.arange(start, min(start + EXACT_BLOCK_ROWS, self.out_features), device=x.device)
+            torch.matmul(x, module.dequantize(ids).t(), out=out[:, start : start + len(ids)])
+        if module.bias is not None:
+            out += module.bias
+        return out
+
+
 class LMHead:
     """exact(hidden) -> float32 logits; leading(hidden, count) -> logits whose leaders are float32's: every token
     that can be among a row's `count - TOP_K_MARGIN` best (its best, for count <= CANDIDATES) by the float32 head is
     recomputed exactly, the others keep bfloat16 values that are provably below them. Without a faster bfloat16
     head here, both are the float32 head."""
 
-    def __init__(self, exact: nn.Module, weight: torch.Tensor, bias: torch.Tensor | None, try_fast: bool) -> None:
+    def __init__(
+        self, exact: nn.Module, weight: torch.Tensor | None, bias: torch.Tensor | None, try_fast: bool
+    ) -> None:
+        """exact: the head as the model stores it (float32 logits out); weight: its float32 weight [vocab, hidden],
+        rows read back for the candidates, or None for a quantized or 16-bit head (no faster twin: exact is it)."""
         self.exact = exact
-        self.weight = weight  # float32 [vocab, hidden], rows read back for the candidates
+        self.weight = weight
         self.bias = bias
         self.fast: nn.Module | None = None
-        if try_fast:
+        self.rows_of: Callable[[torch.Tensor], torch.Tensor] | None = None  # exact weight rows of token ids
+        if try_fast and weight is not None:
             fast = formats.make_linear(weight, bias, formats.BFLOAT16)
             x = torch.randn(1, weight.shape[1])
             passes = {formats.FLOAT32: lambda _rows: exact(x), formats.BFLOAT16: lambda _rows: fast(x)}
@@ -38,20 +69,39 @@ class LMHead:
             if formats.measure(passes, buckets=(1,), key=key).format_for(1) == formats.BFLOAT16:
                 self.use_fast(fast)
 
-    def use_fast(self, fast: nn.Module) -> None:
+    def use_fast(self, fast: nn.Module, max_row_norm: float | None = None, margin: float = 1.0) -> None:
         """Pick leaders from `fast`, a float32-in, float32-out bfloat16 linear of the same weight (FormattedLinear:
-        inputs and weights rounded to bfloat16, products summed in float32, the sum rounded to bfloat16)."""
+        inputs and weights rounded to bfloat16, products summed in float32, the sum rounded to bfloat16).
+        max_row_norm: the largest weight row's norm (read from the weight when None); margin multiplies the error
+        of the products (a quantized kernel rebuilds its weights in bfloat16 from codes, scales and zeros)."""
         self.fast = fast
-        weight = self.weight.float()
+        if max_row_norm is None:
+            max_row_norm = float(self.weight.float().norm(dim=1).max())
+        n = self.exact.in_features if self.weight is None else self.weight.shape[1]
         # How far the bfloat16 head's logit a_t of token t can be from the float32 head's, for a hidden row x:
         #   rounding x and w_t: (2u + u^2) * sum_i |w_ti x_i|; float32 sums in both heads: 2 * gamma_n * that sum;
         #   rounding the output: u * |a_t - bias_t|. And sum_i |w_ti x_i| <= max_t ||w_t|| * ||x|| (Cauchy-Schwarz).
-        n = weight.shape[1]
         gamma = n * F32_U / (1 - n * F32_U)
         product = (2 * BF16_U + BF16_U**2 + 2 * gamma * (1 + BF16_U) ** 2) * 1.01  # 1 %: the float32 bias add
-        self._norm_error = product * float(weight.norm(dim=1).max())  # times ||x||
+        self._norm_error = product * margin * max_row_norm  # times ||x||
         self._output_error = BF16_U * 1.01  # times |a_t| + |bias_t|
         self._bias_error = 0.0 if self.bias is None else self._output_error * float(self.bias.detach().abs().max())
+
+    @classmethod
+    def stored(cls, module: nn.Module) -> LMHead:
+        """A head held in a weight module (int8, int4, 16-bit): the module itself is the fast head (bfloat16 rows in,
+        its rounding out), and what is picked from is float32 over its dequantized weights, exact for the weights as
+        stored: the leading candidates recomputed from their rows, every logit when all are asked for."""
+        head = cls(DequantizedHead(module), None, module.bias, try_fast=False)
+        head.rows_of = module.dequantize
+        norm = 0.0
+        for start in range(0, module.out_features, EXACT_BLOCK_ROWS):  # a block at a time: no float32 copy of it all
+            ids = torch.arange(start, min(start + EXACT_BLOCK_ROWS, module.out_features))
+            norm = max(norm, float(module.dequantize(ids).norm(dim=1).max()))
+        # margin 4: the kernel rebuilds each weight from its code, scale and zero in bfloat16 (a rounding or two more
+        # on each product than a bfloat16 weight has); a wider bound only recomputes a few more near-ties
+        head.use_fast(module, max_row_norm=norm, margin=4.0)
+        return head
 
     def greedy(self, hidden: torch.Tensor, allowed: torch.Tensor | None = None) -> torch.Tensor:
         """allowed [rows, vocab]: only these tokens may be picked (a grammar's mask, end tokens banned by min_tokens);
@@ -116,7 +166,8 @@ class LMHead:
                 exact = self.exact(hidden[row : row + 1])[0]
                 logits[row] = exact if allowed is None else exact.masked_fill_(~allowed[row], float("-inf"))
                 continue
-            exact = self.weight.index_select(0, ids) @ hidden[row].float()
+            rows = self.weight.index_select(0, ids) if self.rows_of is None else self.rows_of(ids)
+            exact = rows @ hidden[row].float()
             if self.bias is not None:
                 exact += self.bias[ids]
             line[ids] = exact  # disallowed tokens are -inf, never contending: they stay -inf
@@ -125,7 +176,9 @@ class LMHead:
         self, logits: torch.Tensor, hidden: torch.Tensor, ids: torch.Tensor, allowed: torch.Tensor | None
     ) -> torch.Tensor:
         """logits[r, ids[r]] = the float32 head's values (disallowed ones stay -inf); those values returned."""
-        rows = self.weight.index_select(0, ids.reshape(-1)).view(*ids.shape, -1)  # [rows, n, hidden]
+        flat = ids.reshape(-1)
+        picked = self.weight.index_select(0, flat) if self.rows_of is None else self.rows_of(flat)
+        rows = picked.view(*ids.shape, -1)  # [rows, n, hidden]
         exact = torch.bmm(rows, hidden.float().unsqueeze(-1)).squeeze(-1)
         if self.bias is not None:
             exact += self.bias[ids]

@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from engine.model import weights
 from engine.model.kernels import PackedLinear, linear_from, should_pack
 
 log = logging.getLogger(__name__)
@@ -123,17 +124,18 @@ def _same(original: Callable, replacement: Callable, width: int, device, dtype) 
     return bool(((expected - got).abs().max() / scale) < 1e-4)
 
 
-def _plain_linear(module: object) -> bool:
-    return type(module) is nn.Linear and module.weight.dtype.is_floating_point
+def _plain_linear(module: object, dtype: torch.dtype) -> bool:
+    """A float nn.Linear computing in the activations' dtype (weights held in another format keep their modules)."""
+    return type(module) is nn.Linear and module.weight.dtype == dtype
 
 
 def _part(fused: FusedQKV, index: int) -> Callable[[torch.Tensor], torch.Tensor]:
     return lambda x: fused.linear(x).split(fused.sizes, -1)[index]
 
 
-def _fusable_qkv(q, k, v) -> bool:
+def _fusable_qkv(q, k, v, dtype: torch.dtype) -> bool:
     return (
-        all(_plain_linear(m) for m in (q, k, v))
+        all(_plain_linear(m, dtype) for m in (q, k, v))
         and q.in_features == k.in_features == v.in_features
         and (q.bias is None) == (k.bias is None) == (v.bias is None)
     )
@@ -141,15 +143,14 @@ def _fusable_qkv(q, k, v) -> bool:
 
 def build_patches(model: nn.Module, pack: bool | None = None) -> ModelPatches:
     """Work out (and verify) the replacements for this model without applying them."""
-    param = next(model.parameters())
-    device, dtype = param.device, param.dtype
+    device, dtype = weights.device_of(model), weights.activation_dtype(model)
     if pack is None:
         pack = should_pack(model)
     patches = ModelPatches()
     kinds: set[str] = set()
     for module in list(model.modules()):
         q, k, v = (getattr(module, n, None) for n in ("q_proj", "k_proj", "v_proj"))
-        if _fusable_qkv(q, k, v):
+        if _fusable_qkv(q, k, v, dtype):
             fused = FusedQKV(q, k, v, pack)
             if all(_same(orig, _part(fused, i), q.in_features, device, dtype) for i, orig in enumerate((q, k, v))):
                 patches.swaps += [
@@ -159,10 +160,10 @@ def build_patches(model: nn.Module, pack: bool | None = None) -> ModelPatches:
                 ]
                 kinds.add("fused QKV")
                 o = getattr(module, "o_proj", None)
-                if pack and _plain_linear(o):
+                if pack and _plain_linear(o, dtype):
                     patches.swaps.append((module, "o_proj", o, PackedLinear(o.weight, o.bias)))
         gate, up, down = (getattr(module, n, None) for n in ("gate_proj", "up_proj", "down_proj"))
-        if all(_plain_linear(m) for m in (gate, up, down)) and hasattr(module, "act_fn"):
+        if all(_plain_linear(m, dtype) for m in (gate, up, down)) and hasattr(module, "act_fn"):
             fused_mlp = FusedGatedMLP(module, pack)
             if _same(module.forward, fused_mlp.forward, gate.in_features, device, dtype):
                 for parent, name in _parents_of(model, module):
@@ -175,7 +176,7 @@ def build_patches(model: nn.Module, pack: bool | None = None) -> ModelPatches:
                     patches.swaps.append((parent, name, module, norm))
                 kinds.add("fused RMSNorm")
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    if pack and _plain_linear(head):
+    if pack and _plain_linear(head, dtype):
         packed = PackedLinear(head.weight, head.bias)
         if _same(head.forward, packed.forward, head.in_features, device, dtype):
             packed.weight = head.weight  # callers read lm_head.weight (shape, tying); no extra copy kept

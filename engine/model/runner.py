@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -25,6 +25,12 @@ class ForwardResult:
     forward_s: float
     weight_format: str = ""  # the format the step's linears ran in
     grammar_applied: bool = False  # the logits carry the grammars' masks and min_tokens' bans (the LM head's)
+
+
+def output_size(model: torch.nn.Module) -> int:
+    """The LM head's rows (the vocabulary it scores): an nn.Linear or an engine weight module (no .weight)."""
+    head = model.get_output_embeddings()
+    return head.out_features if hasattr(head, "out_features") else head.weight.shape[0]
 
 
 def prepare_model(model: torch.nn.Module) -> None:
@@ -53,18 +59,24 @@ class ModelRunner:
         optimize: bool = True,
         formats: Sequence[str] = (),
         compiled: bool = True,
+        progress: Callable[[str], None] | None = None,
     ) -> None:
         """optimize: the lean forward where the architecture allows, else the transformers modules with fused,
         reversible kernels; off: the transformers forward as it is (with paged attention). formats: weight formats
         the lean forward may use besides the model's own, the fastest per batch size (model/formats.py). compiled:
-        every layer of the lean forward's steps in one C++ call where it builds (model/compiled_step.py)."""
+        every layer of the lean forward's steps in one C++ call where it builds (model/compiled_step.py). progress: told
+        what the lean forward measures and checks while it is built (the window's status bar)."""
         prepare_model(model)
         self.model = model
         self.cache = cache
-        self.vocab_size = model.get_output_embeddings().weight.shape[0]
+        self.vocab_size = output_size(model)
         #: tokens that end a reply (the engine's EOS ids): banned before the LM head's leaders while min_tokens is due
         self.end_token_ids: set[int] = set()
-        self.fast = fast_forward.build(model, formats=formats, compiled=compiled) if optimize else None
+        self.fast = None
+        if optimize:
+            self.fast = fast_forward.build(
+                model, formats=formats, compiled=compiled, kv_dtype=cache.storage.dtype, progress=progress
+            )
         if self.fast is not None:
             self.kernels = list(self.fast.kinds)
             patches.restore(model)  # an earlier engine on this model may have patched its modules

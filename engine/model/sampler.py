@@ -71,6 +71,7 @@ def candidates(logits: torch.Tensor, params: SamplingParams) -> tuple[torch.Tens
         probs = torch.softmax(sorted_logits, dim=-1)
         # drop a token when the tokens ranked above it already reach top_p (the top one always stays)
         drop_sorted = (probs.cumsum(dim=-1) - probs) >= params.top_p
+        drop_sorted[..., 0] = False  # even where top_p rounds to 0 in float32 (5e-324): all -inf sampled garbage
         drop = torch.zeros_like(drop_sorted).scatter_(-1, order, drop_sorted)
         logits = logits.masked_fill(drop, float("-inf"))
     if params.min_p > 0.0:
@@ -205,7 +206,11 @@ class Sampler:
                 choice = int(row.argmax())
             else:
                 ids, kept = candidates(row, params)
-                index = _inverse_cdf(torch.softmax(kept, dim=-1), self._uniform(request, len(request.output_ids) + j))
+                probs = torch.softmax(kept, dim=-1)
+                if bool(torch.isfinite(probs).all()):
+                    index = _inverse_cdf(probs, self._uniform(request, len(request.output_ids) + j))
+                else:  # the arithmetic broke down (validated settings keep it from that): the likeliest token
+                    index = int(torch.nan_to_num(kept, nan=float("-inf")).argmax())
                 choice = index if ids is None else int(ids[index])
             tokens.append(choice)
             if j == len(draft) or draft[j] != choice:

@@ -39,9 +39,10 @@ DISCONNECT_POLL_S = 0.1  # how soon a vanished client's whole (non-streamed) rep
 
 
 def _blamed(param: str | None, gen: GenerationRequest) -> str | None:
-    """The request field an engine error names: a grammar is the response format's, or a forced call's tools."""
+    """The request field an engine error names: a grammar is the field's that asked for it (response_format, a
+    guided_* field, structured_outputs, or a forced call's tools)."""
     if param == "structured":
-        return "tools" if gen.tools else "response_format"
+        return gen.structured_param or ("tools" if gen.tools else "response_format")
     return param
 
 
@@ -52,6 +53,18 @@ def _tool_reason(reason: FinishReason | None) -> FinishReason | str | None:
 
 def _sse(obj: dict | str) -> str:
     return f"data: {obj if isinstance(obj, str) else json.dumps(obj, ensure_ascii=False)}\n\n"
+
+
+async def _errors_said_in_stream(chunks: AsyncIterator[str]) -> AsyncIterator[str]:
+    """The chunks; an ApiError raised once the stream has begun (it waited too long in the queue, its client stopped
+    reading) is said in the stream, in OpenAI's shape, before [DONE]."""
+    try:
+        async with contextlib.aclosing(chunks):
+            async for chunk in chunks:
+                yield chunk
+    except ApiError as exc:
+        yield _sse(exc.body())
+        yield _sse("[DONE]")
 
 
 class ApiServer:
@@ -197,15 +210,19 @@ class ApiServer:
     async def events(self, handle: RequestHandle, queue: asyncio.Queue) -> AsyncIterator[TokenEvent]:
         assert self.bridge is not None
         try:
-            async with contextlib.aclosing(self.bridge.stream(handle, queue)) as events:
+            stream = self.bridge.stream(handle, queue, queue_wait_s=self.limits.max_queue_wait_s)
+            async with contextlib.aclosing(stream) as events:
                 async for event in events:
                     yield event
         finally:
             self.active.pop(handle.request_id, None)
 
     @staticmethod
-    def failure(event: TokenEvent) -> ApiError | None:
-        """Why a finished request has no proper answer: the engine failed, or the server cancelled it."""
+    def failure(event: TokenEvent, gen: GenerationRequest) -> ApiError | None:
+        """Why a finished request has no proper answer: its own part the engine gave up on (its grammar: a 400
+        naming the field), the engine failed, or the server cancelled it."""
+        if event.finish_reason is FinishReason.ERROR and event.error_param is not None:
+            return bad_request(event.error or "the request cannot be completed", _blamed(event.error_param, gen))
         if event.finish_reason is FinishReason.ERROR:
             return ApiError(500, event.error or "the engine failed", type="server_error")
         if event.finish_reason is FinishReason.ABORT:
@@ -249,7 +266,7 @@ class ApiServer:
         finally:
             watcher.cancel()
         assert final is not None
-        failure = self.failure(final)
+        failure = self.failure(final, gen)
         if failure is not None:
             raise failure
         return handle, "".join(parts), final, logprobs
@@ -269,7 +286,7 @@ class ApiServer:
         # The background task runs after the response, even when the client left before the first chunk and the
         # generator never started (its own cleanup would then never run).
         return StreamingResponse(
-            self._sse_events(gen, writer, handle, queue),
+            _errors_said_in_stream(self._sse_events(gen, writer, handle, queue)),
             media_type="text/event-stream",
             headers=headers,
             background=BackgroundTask(self.release, handle),
@@ -303,7 +320,7 @@ class ApiServer:
                     yield _sse(writer.chunk(text, with_usage=with_usage, logprobs=event.logprobs, tool_calls=deltas))
                 if not event.finished:
                     continue
-                failure = self.failure(event)
+                failure = self.failure(event, gen)
                 if failure is not None:
                     yield _sse(failure.body())
                     break

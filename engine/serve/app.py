@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import sys
 import uuid
 from collections.abc import Sequence
 
@@ -21,7 +22,7 @@ from engine.serve.completions_wire import ResponseWriter
 from engine.serve.cross_site import guard_cross_site
 from engine.serve.event_bridge import AsyncEventBridge
 from engine.serve.guards import BodyLimit, HostGuard
-from engine.serve.limits import ServeLimits, json_depth_within
+from engine.serve.limits import ServeLimits, json_depth_within, lone_surrogate_field
 from engine.serve.openai_protocol import (
     ApiError,
     GenerationRequest,
@@ -47,8 +48,16 @@ async def _json_body(request: Request, limits: ServeLimits) -> object:
         raise bad_request("the request body is not UTF-8 text") from None
     except RecursionError:  # the parser's own guard, far deeper than ours
         raise too_deep from None
+    except ValueError:  # an integer past Python's int-string limit (4,300 digits): no field needs one
+        raise bad_request(
+            f"the request body holds a number with more than {sys.get_int_max_str_digits()} digits"
+        ) from None
     if not json_depth_within(body, limits.max_json_depth):
         raise too_deep
+    found, field = lone_surrogate_field(body)
+    if found:
+        where = f"'{field}'" if field else "the request body"
+        raise bad_request(f"{where} holds a lone surrogate (\\uD800-\\uDFFF alone is not text)", field)
     return body
 
 
@@ -87,7 +96,7 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
-        server.bridge = AsyncEventBridge(worker, asyncio.get_running_loop())
+        server.bridge = AsyncEventBridge(worker, asyncio.get_running_loop(), max_backlog=limits.stream_backlog)
         # the grammar engine's view of the tokenizer takes ~0.3 s to build (embedded model): built while the server
         # starts, not in the first structured request's time to first token
         await asyncio.to_thread(worker.engine.grammars.warm)
@@ -105,7 +114,7 @@ def create_app(
     _answer_errors_in_openai_shape(app)
     # the last added runs first: the Host check refuses before a byte of the body is read, then CORS answers
     # preflights, then the cross-site guard refuses what a page sent without one
-    app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes)
+    app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes, timeout_s=limits.body_timeout_s)
     guard_cross_site(app, allowed_origins)
     if allowed_hosts is not None:
         app.add_middleware(HostGuard, allowed=allowed_hosts)

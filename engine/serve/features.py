@@ -17,6 +17,7 @@ VLLM_KINDS = {"json": "json_schema", "regex": "regex", "choice": "choice", "gram
 @dataclass
 class Features:
     structured: StructuredOutput | None = None
+    structured_param: str | None = None  # the field that asked for it: what an error in its grammar names
     logprobs: int | None = None
     logit_bias: tuple[tuple[int, float], ...] = ()
     stop_token_ids: tuple[int, ...] = ()
@@ -58,6 +59,12 @@ def _response_format(value: object) -> StructuredOutput | None:
             raise _bad("'response_format.json_schema.schema' is required", "response_format")
         return StructuredOutput("json_schema", _json_text(schema, "response_format"))
     raise _bad("'response_format.type' must be text, json_object or json_schema", "response_format")
+
+
+def _structured_field(body: dict) -> str:
+    """The field a vLLM-style constraint came from: its guided_* field, else structured_outputs."""
+    fields = (f"guided_{name}" for name in VLLM_KINDS)
+    return next((field for field in fields if body.get(field) is not None), "structured_outputs")
 
 
 def _vllm_structured(body: dict) -> StructuredOutput | None:
@@ -156,10 +163,12 @@ def parse_features(body: dict, chat: bool) -> Features:
         stop_token_ids=_stop_token_ids(body.get("stop_token_ids")),
         tokens_as_ids=body.get("return_tokens_as_token_ids") is True,
     )
-    structured = [s for s in (_response_format(body.get("response_format")), _vllm_structured(body)) if s]
-    if len(structured) > 1:
+    response_format, vllm = _response_format(body.get("response_format")), _vllm_structured(body)
+    if response_format and vllm:
         raise _bad("give either response_format or structured_outputs, not both", "response_format")
-    features.structured = structured[0] if structured else None
+    features.structured = response_format or vllm
+    if features.structured is not None:
+        features.structured_param = "response_format" if response_format else _structured_field(body)
     tools = body.get("tools")
     if tools not in (None, []):
         if not chat:
@@ -177,6 +186,7 @@ def parse_features(body: dict, chat: bool) -> Features:
                 raise _bad("a required tool call and a response_format cannot both constrain the reply", "tool_choice")
             only = None if features.tool_choice == "required" else features.tool_choice
             features.structured = call_grammar(checked, only, features.parallel_tool_calls)
+            features.structured_param = "tools"
     elif body.get("tool_choice") not in (None, "none", "auto"):
         raise _bad("'tool_choice' needs 'tools'", "tool_choice")
     return features

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 from collections.abc import Sequence
 from urllib.parse import urlsplit
@@ -64,15 +65,23 @@ class HostGuard:
 
 class BodyLimit:
     """413 for a body over max_bytes: at once from its Content-Length, before a byte of it is read, or while it
-    streams in (chunked). uvicorn and Starlette bound headers but not plain bodies."""
+    streams in (chunked). 408 (and the connection closed) for a body that has not all arrived within timeout_s of
+    the request's head: a Content-Length larger than what is sent used to hold the connection for good. uvicorn and
+    Starlette bound headers but not plain bodies, nor the time they take."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, timeout_s: float = 30.0) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.timeout_s = timeout_s
 
     def too_large(self) -> ApiError:
         size = f"{self.max_bytes / MIB:g} MiB" if self.max_bytes >= MIB else f"{self.max_bytes} bytes"
         return ApiError(413, f"the request body is larger than {size}", code="request_too_large")
+
+    def too_slow(self) -> ApiError:
+        # Connection: close: the rest of the body may still come, and would be read as the next request
+        return ApiError(408, f"the request body did not arrive within {self.timeout_s:g} s", code="request_timeout",
+                        headers={"Connection": "close"})  # fmt: skip
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -87,14 +96,22 @@ class BodyLimit:
                 await _refuse(self.too_large(), scope, receive, send)
                 return
         received = 0
+        deadline = asyncio.get_running_loop().time() + self.timeout_s
+        body_done = False
 
         async def counted() -> Message:
-            nonlocal received
-            message = await receive()
+            nonlocal received, body_done
+            if body_done:  # the body is in: what follows is waiting for a disconnect, for as long as a reply runs
+                return await receive()
+            try:
+                message = await asyncio.wait_for(receive(), max(0.0, deadline - asyncio.get_running_loop().time()))
+            except TimeoutError:
+                raise self.too_slow() from None
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > self.max_bytes:
                     raise self.too_large()  # the route's error handler answers it in OpenAI's shape
+                body_done = not message.get("more_body", False)
             return message
 
         await self.app(scope, counted, send)

@@ -13,8 +13,12 @@ from collections.abc import Callable
 import uvicorn
 
 from engine.errors import ServeError
+from engine.serve.head_timeout import MAX_HEAD_BYTES, h11_with_head_deadline
 
 log = logging.getLogger(__name__)
+
+HEAD_TIMEOUT_S = 10.0  # a request line and its headers arrive within this, or the connection is closed
+KEEP_ALIVE_S = 5  # an idle kept-alive connection is closed after this (uvicorn's default, set explicitly)
 
 
 def is_loopback(host: str) -> bool:
@@ -51,14 +55,25 @@ class HttpServer:
         *,
         access_log: bool = False,
         sock: socket.socket | None = None,
+        head_timeout_s: float = HEAD_TIMEOUT_S,
     ) -> None:
         """sock: a socket already bound with bind_socket(host, port), e.g. to fail on a taken port before a model
-        loads."""
+        loads. head_timeout_s: a connection's request head must arrive within this (the body's deadline is the
+        app's, ServeLimits.body_timeout_s)."""
         self.host = host
         self.socket = sock or bind_socket(host, port)
         self.port: int = self.socket.getsockname()[1]
         # log_config=None: uvicorn logs through the studio's logging setup instead of installing its own
-        config = uvicorn.Config(app, log_config=None, access_log=access_log, lifespan="on", timeout_graceful_shutdown=3)
+        config = uvicorn.Config(
+            app,
+            log_config=None,
+            access_log=access_log,
+            lifespan="on",
+            timeout_graceful_shutdown=3,
+            http=h11_with_head_deadline(head_timeout_s),
+            timeout_keep_alive=KEEP_ALIVE_S,
+            h11_max_incomplete_event_size=MAX_HEAD_BYTES,
+        )
         self._server = uvicorn.Server(config)
         self._thread: threading.Thread | None = None
 

@@ -24,6 +24,11 @@ class ServeLimits:
     max_stop: int = 16  # stop strings per request (OpenAI allows 4)
     max_stop_chars: int = 256  # characters per stop string
     max_waiting: int = 256  # API requests waiting for their first token; 429 with Retry-After above
+    #: seconds an API request may wait in the queue before it starts; then 429 (queue_timeout), and it is dropped
+    max_queue_wait_s: int = 120
+    #: chunks a stream may have waiting unread (its client not reading); then it is ended and its slot freed
+    stream_backlog: int = 256
+    body_timeout_s: int = 30  # a request's whole body arrives within this after its head, or 408 and the end of it
     retry_after_s: int = 1
 
     def check(self) -> None:
@@ -53,3 +58,35 @@ def json_depth_within(value: object, limit: int) -> bool:
             return False
         stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
     return True
+
+
+def _is_text(value: str) -> bool:
+    """Whether a string is Unicode text: JSON lets a body spell a lone surrogate ("\\ud800"), which no UTF-8
+    encoder, tokenizer or response can take."""
+    if value.isascii():
+        return True
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def lone_surrogate_field(body: object) -> tuple[bool, str | None]:
+    """(found, the top-level field it is under) for the first string or key of a parsed body holding a lone
+    surrogate; (False, None) when there is none. Iterative: no recursion."""
+    stack: list[tuple[object, str | None]] = [(body, None)]
+    while stack:
+        item, field = stack.pop()
+        if isinstance(item, str):
+            if not _is_text(item):
+                return True, field
+        elif isinstance(item, dict):
+            for key, value in item.items():
+                under = key if field is None and item is body else field
+                if not _is_text(key):
+                    return True, field
+                stack.append((value, under))
+        elif isinstance(item, list):
+            stack.extend((value, field) for value in item)
+    return False, None

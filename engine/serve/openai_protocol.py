@@ -9,12 +9,19 @@ from typing import Any
 from engine.errors import InvalidRequestError
 from engine.serve.features import parse_features
 from engine.serve.limits import ServeLimits
-from engine.types import PENALTY_LIMIT, SEED_MAX, SEED_MIN, SamplingParams, validate_messages
+from engine.types import (
+    PENALTY_LIMIT,
+    REPETITION_PENALTY_MAX,
+    REPETITION_PENALTY_MIN,
+    SEED_MAX,
+    SEED_MIN,
+    SamplingParams,
+    validate_messages,
+)
 
 DEFAULT_LIMITS = ServeLimits()
 #: top_k at or above the vocabulary means "off"; beyond this it is a client bug, not a choice
 TOP_K_MAX = 2**31 - 1
-REPETITION_PENALTY_MAX = 100.0
 
 
 class ApiError(Exception):
@@ -64,6 +71,7 @@ class GenerationRequest:
     #: tools shown to the model (None: none, or tool_choice "none"); the reply's calls are parsed out of its text
     tools: list[dict] | None = None
     tokens_as_ids: bool = False  # logprobs name tokens "token_id:N" (vLLM's return_tokens_as_token_ids)
+    structured_param: str | None = None  # the field that constrained the output (what a grammar's error names)
 
 
 # Fields we do not implement: refused with a clear message rather than silently ignored, when set to
@@ -172,7 +180,7 @@ def _sampling_params(body: dict, max_tokens: int | None, limits: ServeLimits) ->
         top_k = 0
     _check_range("top_k", top_k, 0, TOP_K_MAX)
     repetition_penalty = _number(body, "repetition_penalty", default=1.0)
-    _check_range("repetition_penalty", repetition_penalty, 0.0, REPETITION_PENALTY_MAX, low_open=True)
+    _check_range("repetition_penalty", repetition_penalty, REPETITION_PENALTY_MIN, REPETITION_PENALTY_MAX)
     penalties = {}
     for name in ("presence_penalty", "frequency_penalty"):  # OpenAI's: over the reply's own tokens, -2 to 2
         penalties[name] = float(_number(body, name, default=0.0))
@@ -235,6 +243,7 @@ def _common(body: object, kind: str, limits: ServeLimits) -> GenerationRequest:
         include_usage=include_usage,
         tools=features.tools,
         tokens_as_ids=features.tokens_as_ids,
+        structured_param=features.structured_param,
     )
 
 

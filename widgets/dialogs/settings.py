@@ -102,11 +102,15 @@ class SettingsDialog(QDialog):
         buttons.addWidget(use_embedded)
         buttons.addStretch(1)
         self.kv = QSpinBox()
-        self.kv.setRange(16, 1024 * 1024)
+        self.kv.setRange(0, 1024 * 1024)
+        self.kv.setSpecialValueText("auto")  # 0: worked out from the model and the free memory
         self.kv.setSingleStep(128)
         self.kv.setSuffix(" MiB")
         self.kv.setValue(values.kv_memory_mib)
-        self.kv.setToolTip("KV-cache memory the model picker starts from")
+        self.kv.setToolTip(
+            "KV-cache memory the model picker starts from; auto: 16,384 tokens of the model's KV, at most half the "
+            "memory free beside the model"
+        )
         model_form.addRow("Default model", self.default_model_label)
         model_form.addRow("", buttons)
         model_form.addRow("KV cache budget", self.kv)

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
 
-from engine.core.config import DEFAULT_KV_MEMORY
-
-DEFAULT_KV_MIB = DEFAULT_KV_MEMORY // 1024**2
+AUTO_KV_MIB = 0  # the KV budget worked out from the model and the free memory (engine/load/kv_policy.py)
+DEFAULT_KV_MIB = AUTO_KV_MIB
 
 
 @dataclass(frozen=True)
@@ -15,10 +14,11 @@ class ModelChoice:
     dtype: str = "auto"
     quantization: str = "none"
     device: str = "auto"
-    kv_memory_mib: int = DEFAULT_KV_MIB
+    kv_memory_mib: int = DEFAULT_KV_MIB  # 0: automatic
 
     @property
     def kv_memory_bytes(self) -> int:
+        """The budget asked for; 0 when it is automatic."""
         return self.kv_memory_mib * 1024**2
 
     @property

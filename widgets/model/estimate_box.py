@@ -47,19 +47,27 @@ class EstimateBox(QGroupBox):
             label.setText("–")
         self._set_fits(error or "", warning=bool(error))
 
-    def show_estimate(self, estimate: MemoryEstimate, kv_bytes: int, free_bytes: int, free_what: str) -> bool:
-        """Fill in the figures; True when weights plus the KV budget fit in the free memory."""
+    def show_estimate(
+        self, estimate: MemoryEstimate, kv_bytes: int, free_bytes: int, free_what: str, auto_kv: bool = False
+    ) -> bool:
+        """Fill in the figures; True when weights, the KV budget and the runtime fit in the free memory. auto_kv:
+        kv_bytes is the automatic budget (said so)."""
         tokens = estimate.kv_tokens_for(kv_bytes)
         context = estimate.shape.context_length
         total = estimate.total_bytes(kv_bytes)
         quant = "" if estimate.quantization == "none" else f", {estimate.quantization}"
         weights = f"{format_bytes(estimate.weight_bytes)} ({estimate.dtype}{quant})"
         if estimate.engine_copy_bytes:
-            weights += f" + up to {format_bytes(estimate.engine_copy_bytes)} of faster copies the engine makes"
+            weights += f" + about {format_bytes(estimate.engine_copy_bytes)} of faster copies the engine makes"
         self.labels["weights"].setText(weights)
-        self.labels["kv_token"].setText(format_bytes(estimate.kv_bytes_per_token))
-        self.labels["context"].setText(f"{tokens:,} tokens, shared by all chats (model context {context:,})")
-        self.labels["memory"].setText(f"{format_bytes(total)} needed, {format_bytes(free_bytes)} {free_what}")
+        self.labels["weights"].setToolTip(estimate.weight_formats)
+        self.labels["kv_token"].setText(f"{format_bytes(estimate.kv_bytes_per_token)} ({estimate.kv_dtype})")
+        budget = f"auto: {format_bytes(kv_bytes)}, " if auto_kv else ""
+        self.labels["context"].setText(f"{budget}{tokens:,} tokens, shared by all chats (model context {context:,})")
+        self.labels["memory"].setText(
+            f"{format_bytes(total)} needed (with {format_bytes(estimate.runtime_bytes)} of runtime), "
+            f"{format_bytes(free_bytes)} {free_what}"
+        )
         self.labels["speed"].setText(estimate.decode_note[:1].upper() + estimate.decode_note[1:] or "–")
         fits = total <= free_bytes
         if fits:

@@ -43,6 +43,8 @@ class PickerAdvisor(Protocol):
 
     def free_memory(self, device: str) -> tuple[int, str]: ...  # bytes, and what they are ("free RAM")
 
+    def auto_kv_budget(self, estimate: MemoryEstimate, free: int) -> int: ...  # the engine's automatic KV budget
+
     def hub_token_stored(self) -> bool: ...
 
 
@@ -118,10 +120,14 @@ class ModelPickerDialog(QDialog):
             "int8 on a GPU): bitsandbytes. The estimate below says what the choice does to decode speed here."
         )
         self.kv_mib = QSpinBox()
-        self.kv_mib.setRange(16, 1024 * 1024)
+        self.kv_mib.setRange(0, 1024 * 1024)
         self.kv_mib.setSingleStep(128)
         self.kv_mib.setSuffix(" MiB")
-        self.kv_mib.setToolTip("memory for the paged KV cache: how many tokens all chats together can hold")
+        self.kv_mib.setSpecialValueText("auto")  # 0: worked out from the model and the free memory (shown below)
+        self.kv_mib.setToolTip(
+            "memory for the paged KV cache: how many tokens all chats together can hold; auto: 16,384 tokens of this "
+            "model's KV, at most half the memory free beside it"
+        )
         form.addRow("Device", self.device)
         form.addRow("Data type", self.dtype)
         form.addRow("Quantization", self.quantization)
@@ -211,14 +217,21 @@ class ModelPickerDialog(QDialog):
         if self.estimate_result is None:
             return None
         free, _what = self.advisor.free_memory(self.device.currentText())
-        return self.estimate_result.total_bytes(self.kv_mib.value() * 1024**2) <= free
+        return self.estimate_result.total_bytes(self.kv_budget(free)) <= free
+
+    def kv_budget(self, free: int) -> int:
+        """The KV budget chosen, or the automatic one for the estimated model and this much free memory."""
+        if self.kv_mib.value() or self.estimate_result is None:
+            return self.kv_mib.value() * 1024**2
+        return self.advisor.auto_kv_budget(self.estimate_result, free)
 
     def _show_estimate(self) -> None:
         if self.estimate_result is None:
             self.estimate_box.clear(self.estimate_error)
         else:
             free, what = self.advisor.free_memory(self.device.currentText())
-            self.estimate_box.show_estimate(self.estimate_result, self.kv_mib.value() * 1024**2, free, what)
+            auto = not self.kv_mib.value()
+            self.estimate_box.show_estimate(self.estimate_result, self.kv_budget(free), free, what, auto_kv=auto)
         self._fit_height()
 
     # ---- size -------------------------------------------------------------------------------

@@ -29,8 +29,9 @@ namespace {
 
 // The contract with engine/model/compiled_step.py, defined here once: Python passes linear kinds by these names and
 // builds the chunk table with these columns, and checks both against contract() when it loads the library.
-enum Kind : int64_t { PACKED, INT8, INT4 };
-constexpr std::array<std::pair<const char*, Kind>, 3> KINDS = {{{"onednn_packed", PACKED}, {"int8", INT8}, {"int4", INT4}}};
+enum Kind : int64_t { PACKED, DENSE, INT8, INT4 };
+constexpr std::array<std::pair<const char*, Kind>, 4> KINDS = {
+    {{"onednn_packed", PACKED}, {"dense", DENSE}, {"int8", INT8}, {"int4", INT4}}};
 enum ChunkColumn : int64_t { FIRST_ROW, ROWS, START, CHUNK_COLUMNS };
 constexpr std::array<const char*, CHUNK_COLUMNS> CHUNK_COLUMN_NAMES = {"first_row", "rows", "start"};
 constexpr int64_t LOOP_ROWS = 16;  // longer chunks (prompts) attend through SDPA's blocked kernels
@@ -65,6 +66,7 @@ struct Linear {
   Tensor bias;   // float32, or undefined
   int64_t group = 0;
   int64_t in_features = 0, out_features = 0;
+  int64_t kernel_rows = 0;  // rows the kernel computes: out_features, or more (int4 pads rows to torch's multiple)
   at::ScalarType input = at::kFloat;  // what the kernel multiplies: float32 or bfloat16 rows
 };
 
@@ -82,13 +84,16 @@ Tensor run_linear(const Linear& lin, const Tensor& x) {
   Tensor out;
   if (lin.kind == PACKED) {
     out = onednn_linear(rows, lin.a);
+  } else if (lin.kind == DENSE) {
+    out = at::linear(rows, lin.a);
   } else if (lin.kind == INT8) {
     out = at::_weight_int8pack_mm(rows, lin.a, lin.b);
   } else {
     out = at::_weight_int4pack_mm_for_cpu(rows, lin.a, lin.group, lin.b);
   }
-  TORCH_CHECK(out.dim() == 2 && out.size(0) == x.size(0) && out.size(1) == lin.out_features,
-              "a linear kernel returned ", out.sizes(), " for ", x.size(0), " rows of ", lin.out_features);
+  TORCH_CHECK(out.dim() == 2 && out.size(0) == x.size(0) && out.size(1) == lin.kernel_rows,
+              "a linear kernel returned ", out.sizes(), " for ", x.size(0), " rows of ", lin.kernel_rows);
+  if (lin.kernel_rows != lin.out_features) out = out.narrow(1, 0, lin.out_features);
   if (out.scalar_type() != at::kFloat) out = out.to(at::kFloat);
   if (lin.bias.defined()) out.add_(lin.bias);
   return out.is_contiguous() ? out : out.contiguous();
@@ -120,9 +125,9 @@ struct Projection {
 std::pair<int64_t, int64_t> linear_shape(Kind kind, const Tensor& a, const Tensor& b, int64_t group) {
   TORCH_CHECK_VALUE(a.defined() && a.dim() == 2 && a.device().is_cpu(), "a linear's weight must be a 2-D CPU tensor");
   const int64_t n = a.size(0);
-  if (kind == PACKED) {
+  if (kind == PACKED || kind == DENSE) {
     TORCH_CHECK_TYPE(a.scalar_type() == at::kFloat || a.scalar_type() == at::kBFloat16,
-                     "a oneDNN-packed weight must be float32 or bfloat16, not ", a.scalar_type());
+                     "a float weight must be float32 or bfloat16, not ", a.scalar_type());
     return {a.size(1), n};
   }
   TORCH_CHECK_VALUE(b.defined() && b.device().is_cpu(), "a quantized linear needs its scales");
@@ -187,6 +192,12 @@ inline void rotary(const float* x, const float* cos, const float* sin, int64_t d
   for (int64_t i = half; i < dim; ++i) out[i] = x[i] * cos[i] + x[i - half] * sin[i];
 }
 
+// head_dim values into a KV slot of the cache's type (bfloat16 rounds to nearest even, as torch's .to() does)
+template <typename T>
+inline void store(const float* values, int64_t dim, T* out) {
+  for (int64_t i = 0; i < dim; ++i) out[i] = static_cast<T>(values[i]);
+}
+
 struct DecodeModel : torch::CustomClassHolder {
   int64_t heads, kv_heads, head_dim, hidden_size, intermediate;
   double eps, scale;
@@ -224,16 +235,20 @@ struct DecodeModel : torch::CustomClassHolder {
   }
 
   // Appends a linear to a projection of the last added layer (slot 0 qkv, 1 o_proj, 2 gate_up, 3 down): the slot's
-  // linears compute its output side by side, in the order added. kind: a name of KINDS.
+  // linears compute its output side by side, in the order added. kind: a name of KINDS; out_features: the rows it
+  // contributes (the first of what its kernel computes; int4 weights carry padding rows).
   void add_linear(int64_t slot, std::string kind, Tensor a, std::optional<Tensor> b, std::optional<Tensor> bias,
-                  int64_t group, bool bfloat16_input) {
+                  int64_t group, bool bfloat16_input, int64_t out_features) {
     TORCH_CHECK_VALUE(!linears.empty() && slot >= 0 && slot < 4, "add_linear: add a layer first; slot 0..3");
     Linear lin;
     lin.kind = kind_named(kind);
     lin.a = a;
     lin.b = b.has_value() ? *b : Tensor();
     lin.group = group;
-    std::tie(lin.in_features, lin.out_features) = linear_shape(lin.kind, lin.a, lin.b, group);
+    std::tie(lin.in_features, lin.kernel_rows) = linear_shape(lin.kind, lin.a, lin.b, group);
+    TORCH_CHECK_VALUE(out_features > 0 && out_features <= lin.kernel_rows, "a linear of ", lin.kernel_rows,
+                      " rows can't contribute ", out_features);
+    lin.out_features = out_features;
     const auto expected_in = slot_shapes()[slot].first;
     TORCH_CHECK_VALUE(lin.in_features == expected_in, "a linear of slot ", slot, " takes ", expected_in,
                       " features, not ", lin.in_features);
@@ -244,6 +259,9 @@ struct DecodeModel : torch::CustomClassHolder {
       TORCH_CHECK_TYPE(lin.bias.scalar_type() == at::kFloat, "biases must be float32");
     }
     lin.input = bfloat16_input ? at::kBFloat16 : at::kFloat;
+    TORCH_CHECK_TYPE(!(lin.kind == PACKED || lin.kind == DENSE) || lin.a.scalar_type() == lin.input,
+                     "a float weight multiplies rows of its own dtype: ", lin.a.scalar_type(), " weight, ", lin.input,
+                     " rows");
     linears.back()[slot].parts.push_back(lin);
   }
 
@@ -306,6 +324,10 @@ struct DecodeModel : torch::CustomClassHolder {
           .narrow(2, 0, context);
     };
     Tensor keys = gather(0), values = gather(1);
+    if (keys.scalar_type() != at::kFloat) {  // a 16-bit cache: SDPA over float32 queries takes float32 keys
+      keys = keys.to(at::kFloat);
+      values = values.to(at::kFloat);
+    }
     Tensor q = q_rot.narrow(0, first, rows).view({rows, heads, head_dim}).transpose(0, 1).unsqueeze(0);
     std::optional<Tensor> mask;
     if (start > 0 || sliding > 0) {
@@ -321,9 +343,9 @@ struct DecodeModel : torch::CustomClassHolder {
   }
 
   // hidden [n, hidden] float32 (the embeddings), cos/sin [n, head_dim] float32, storage the KV pages
-  // [layers, 2, kv_heads, pages, page_size, head_dim] float32; chunks [c, CHUNK_COLUMNS] int64: (first row, rows, first position)
-  // per sequence, rows in order; pages [c, max_pages] int64: each sequence's page table. Every row attends causally
-  // to its sequence's earlier tokens and itself. Returns the last layer's hidden states [n, hidden].
+  // [layers, 2, kv_heads, pages, page_size, head_dim] float32 or bfloat16; chunks [c, CHUNK_COLUMNS] int64: (first
+  // row, rows, first position) per sequence, rows in order; pages [c, max_pages] int64: each sequence's page table.
+  // Every row attends causally to its sequence's earlier tokens and itself. Returns the last layer's hidden states.
   Tensor forward(Tensor hidden, Tensor cos, Tensor sin, Tensor storage, Tensor chunks, Tensor pages) {
     // every input checked here: a wrong table or shape must fail the call (the Python layers redo the step), never
     // write into another sequence's pages
@@ -338,21 +360,39 @@ struct DecodeModel : torch::CustomClassHolder {
                           storage.size(2) == kv_heads && storage.size(5) == head_dim,
                       "the KV storage must be [", layers, ", 2, ", kv_heads, ", pages, page_size, ", head_dim, "], not ",
                       storage.sizes());
-    TORCH_CHECK_TYPE(storage.scalar_type() == at::kFloat, "the KV storage must be float32, not ", storage.scalar_type());
+    TORCH_CHECK_TYPE(storage.scalar_type() == at::kFloat || storage.scalar_type() == at::kBFloat16,
+                     "the KV storage must be float32 or bfloat16, not ", storage.scalar_type());
     TORCH_CHECK_VALUE(storage.is_contiguous() && storage.device().is_cpu(), "the KV storage must be contiguous on the CPU");
-    hidden = hidden.contiguous().clone();
-    cos = cos.contiguous();
-    sin = sin.contiguous();
     chunks = chunks.contiguous();
     pages = pages.contiguous();
-    const int64_t page_size = storage.size(4), num_pages = storage.size(3);
-    const int64_t longest = check_chunks(chunks, pages, n, num_pages, page_size);
-    const int64_t num_chunks = chunks.size(0), max_pages = pages.size(1);
+    Step step{hidden.contiguous().clone(), cos.contiguous(), sin.contiguous(), storage, chunks, pages};
+    step.longest = check_chunks(chunks, pages, n, storage.size(3), storage.size(4));
+    if (storage.scalar_type() == at::kBFloat16) {
+      run_layers<at::BFloat16>(step);
+    } else {
+      run_layers<float>(step);
+    }
+    return step.hidden;
+  }
+
+  // One checked step's tensors
+  struct Step {
+    Tensor hidden, cos, sin, storage, chunks, pages;
+    int64_t longest = 0;
+  };
+
+  template <typename T>
+  void run_layers(Step& step) {
+    const Tensor& hidden = step.hidden;
+    const Tensor& storage = step.storage;
+    const int64_t n = hidden.size(0), num_chunks = step.chunks.size(0), max_pages = step.pages.size(1);
+    const int64_t page_size = storage.size(4);
     const int64_t q_size = heads * head_dim, kv_size = kv_heads * head_dim, group = heads / kv_heads;
-    const int64_t* chunk = chunks.data_ptr<int64_t>();
-    const int64_t* table = pages.data_ptr<int64_t>();
+    const int64_t longest = step.longest;
+    const int64_t* chunk = step.chunks.data_ptr<int64_t>();
+    const int64_t* table = step.pages.data_ptr<int64_t>();
     float* h = hidden.data_ptr<float>();
-    float* cache = storage.data_ptr<float>();
+    T* cache = storage.data_ptr<T>();
     const int64_t layer_stride = storage.stride(0), kv_stride = storage.stride(1), head_stride = storage.stride(2);
     const int64_t page_stride = storage.stride(3);
     std::vector<int64_t> row_chunk(n), row_pos(n);
@@ -363,14 +403,15 @@ struct DecodeModel : torch::CustomClassHolder {
         row_pos[meta[FIRST_ROW] + i] = meta[START] + i;
       }
     }
-    const float* cs = cos.data_ptr<float>();
-    const float* sn = sin.data_ptr<float>();
+    const float* cs = step.cos.data_ptr<float>();
+    const float* sn = step.sin.data_ptr<float>();
     Tensor q_rot = at::empty({n, q_size}, hidden.options());
     float* q = q_rot.data_ptr<float>();
+    std::vector<float> rotated(head_dim);
 
     for (size_t layer = 0; layer < linears.size(); ++layer) {
       const auto& lin = linears[layer];
-      float* layer_cache = cache + layer * layer_stride;
+      T* layer_cache = cache + layer * layer_stride;
       auto slot = [&](int64_t which, int64_t head, int64_t pos, int64_t c) {
         const int64_t page = table[c * max_pages + pos / page_size];
         return layer_cache + which * kv_stride + head * head_stride + page * page_stride + (pos % page_size) * head_dim;
@@ -387,8 +428,9 @@ struct DecodeModel : torch::CustomClassHolder {
         const float* rs = sn + r * head_dim;
         for (int64_t hh = 0; hh < heads; ++hh) rotary(row + hh * head_dim, rc, rs, head_dim, q + r * q_size + hh * head_dim);
         for (int64_t kh = 0; kh < kv_heads; ++kh) {
-          rotary(row + q_size + kh * head_dim, rc, rs, head_dim, slot(0, kh, row_pos[r], row_chunk[r]));
-          std::copy_n(row + q_size + kv_size + kh * head_dim, head_dim, slot(1, kh, row_pos[r], row_chunk[r]));
+          rotary(row + q_size + kh * head_dim, rc, rs, head_dim, rotated.data());
+          store(rotated.data(), head_dim, slot(0, kh, row_pos[r], row_chunk[r]));
+          store(row + q_size + kv_size + kh * head_dim, head_dim, slot(1, kh, row_pos[r], row_chunk[r]));
         }
       }
 
@@ -410,10 +452,10 @@ struct DecodeModel : torch::CustomClassHolder {
               const float* qh = q + (first + i) * q_size + head * head_dim;
               float top = -INFINITY;
               for (int64_t t = lo; t <= pos; ++t) {
-                const float* k = slot(0, kh, t, c);
+                const T* k = slot(0, kh, t, c);
                 float dot = 0.f;
 #pragma omp simd reduction(+ : dot)
-                for (int64_t d = 0; d < head_dim; ++d) dot += qh[d] * k[d];
+                for (int64_t d = 0; d < head_dim; ++d) dot += qh[d] * static_cast<float>(k[d]);
                 scores[t] = dot * static_cast<float>(scale);
                 top = std::max(top, scores[t]);
               }
@@ -424,10 +466,10 @@ struct DecodeModel : torch::CustomClassHolder {
               }
               std::fill(acc.begin(), acc.end(), 0.f);
               for (int64_t t = lo; t <= pos; ++t) {
-                const float* v = slot(1, kh, t, c);
+                const T* v = slot(1, kh, t, c);
                 const float p = scores[t] / total;
 #pragma omp simd
-                for (int64_t d = 0; d < head_dim; ++d) acc[d] += p * v[d];
+                for (int64_t d = 0; d < head_dim; ++d) acc[d] += p * static_cast<float>(v[d]);
               }
               const int64_t base = (first + i) * q_size + head * head_dim;
               for (int64_t d = 0; d < head_dim; ++d) attended_out.put(base + d, acc[d]);
@@ -438,7 +480,7 @@ struct DecodeModel : torch::CustomClassHolder {
 
       for (int64_t c = 0; c < num_chunks; ++c) {
         const int64_t* meta = chunk + c * CHUNK_COLUMNS;
-        if (meta[ROWS] > LOOP_ROWS) attend_long(storage[layer], meta, pages[c], q_rot, sliding, attended);
+        if (meta[ROWS] > LOOP_ROWS) attend_long(storage[layer], meta, step.pages[c], q_rot, sliding, attended);
       }
 
       Tensor o = lin[1].run(attended);
@@ -457,7 +499,6 @@ struct DecodeModel : torch::CustomClassHolder {
 #pragma omp simd
       for (int64_t i = 0; i < n * hidden_size; ++i) h[i] += d_p[i];
     }
-    return hidden;
   }
 };
 

@@ -5,6 +5,12 @@ from __future__ import annotations
 from widgets.chat.data import ChatMessage
 
 
+def imported(qtbot, window, path) -> bool:
+    with qtbot.waitSignal(window.chat_imported, timeout=30_000) as signal:
+        window.import_chat(path)
+    return signal.args[0]
+
+
 def test_an_import_says_imported_and_takes_a_title_no_tab_has(qtbot, make_window, tmp_path) -> None:
     window = make_window(load=False)
     window.tabs.current.rename("Chat 2")
@@ -12,15 +18,15 @@ def test_an_import_says_imported_and_takes_a_title_no_tab_has(qtbot, make_window
     path = tmp_path / "chat.json"
     window.export_chat(path, "json")
     assert window.notice.text.startswith("Exported “Chat 2”")
-    assert window.import_chat(path)
+    assert imported(qtbot, window, path)
     # its own name, marked (was renamed to the next free "Chat N", here "Chat 1": defect 9 of the window issue)
     assert window.notice.text == f"Imported “Chat 2 (imported)” from {path}."
     assert [c.title for c in window.tabs.controllers] == ["Chat 2", "Chat 2 (imported)"]
     window.tabs.current.rename("Notes")
     window.export_chat(path, "json")
-    assert window.import_chat(path)
+    assert imported(qtbot, window, path)
     assert window.tabs.current.title == "Notes (imported)"
-    assert window.import_chat(path)
+    assert imported(qtbot, window, path)
     assert window.tabs.current.title == "Notes (imported 2)"
 
 

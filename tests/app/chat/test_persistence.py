@@ -130,7 +130,9 @@ def test_export_markdown_and_json_then_import_the_json(qtbot, make_window, tmp_p
     assert data["format"] == "inference-studio-chat" and data["title"] == "Greeting"
     assert [m["role"] for m in data["messages"]] == ["user", "assistant"]
 
-    assert window.import_chat(tmp_path / "chat.json")
+    with qtbot.waitSignal(window.chat_imported, timeout=30_000) as imported_signal:
+        window.import_chat(tmp_path / "chat.json")
+    assert imported_signal.args == [True]
     imported = window.tabs.current
     assert imported is not chat and imported.title == "Greeting (imported)"  # the original is still open
     assert [(m.role, m.content) for m in imported.messages] == [(m.role, m.content) for m in chat.messages]
@@ -138,14 +140,18 @@ def test_export_markdown_and_json_then_import_the_json(qtbot, make_window, tmp_p
     assert window.store.load_chat(imported.chat_id).messages[1].content == chat.messages[1].content
 
 
-def test_importing_a_broken_file_says_why_without_a_dialog(make_window, tmp_path) -> None:
+def test_importing_a_broken_file_says_why_without_a_dialog(qtbot, make_window, tmp_path) -> None:
     window = make_window(load=False)
     tabs_before = len(window.tabs.controllers)
     (tmp_path / "bad.json").write_text("{not json")
-    assert not window.import_chat(tmp_path / "bad.json")
+    with qtbot.waitSignal(window.chat_imported, timeout=30_000) as imported:
+        window.import_chat(tmp_path / "bad.json")
+    assert imported.args == [False]
     assert "not valid JSON" in window.notice.text and window.notice.isVisible()
     (tmp_path / "other.json").write_text(json.dumps({"messages": []}))
-    assert not window.import_chat(tmp_path / "other.json")
+    with qtbot.waitSignal(window.chat_imported, timeout=30_000) as imported:
+        window.import_chat(tmp_path / "other.json")
+    assert imported.args == [False]
     assert "not a chat exported by Inference Studio" in window.notice.text
     assert len(window.tabs.controllers) == tabs_before
 

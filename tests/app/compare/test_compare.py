@@ -35,6 +35,14 @@ def test_targets_are_the_loaded_model_its_variants_recent_models_and_remotes() -
     assert compare_targets(None, None, [], [("remote:x", "m")])[0].backend_id == "remote:x"  # no model loaded
 
 
+def test_a_gguf_model_is_offered_the_variants_its_file_can_load() -> None:
+    """bitsandbytes' nf4 applies to safetensors models: a GGUF file's variants are float32, bfloat16, int8."""
+    gguf = compare_targets(info(source_kind="gguf-file", quantization="int4+int8"), ModelChoice(spec="x"), [], [])
+    keys = [t.key for t in gguf]
+    assert "variant:auto:nf4" not in keys and "variant:auto:int8" in keys and "variant:float32:none" in keys
+    assert "variant:auto:nf4" in [t.key for t in compare_targets(info(), ModelChoice(spec="x"), [], [])]
+
+
 def test_replies_compare_by_token_with_one_tokenizer_and_by_word_otherwise() -> None:
     a = [TokenEntry("The", token_ids=(1,)), TokenEntry(" sea", token_ids=(2,)), TokenEntry(" is", token_ids=(3,))]
     b = [TokenEntry("The", token_ids=(1,)), TokenEntry(" ocean", token_ids=(9,)), TokenEntry(" is", token_ids=(3,))]

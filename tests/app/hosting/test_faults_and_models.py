@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from app.hosting.model_switcher import FINISH, STOP
 from tests.app.conftest import settings, wait_idle
 from widgets.model.choice import ModelChoice
@@ -66,6 +68,42 @@ def test_a_model_that_fails_to_load_leaves_the_old_one_serving(qtbot, make_windo
     assert window.bridge.thread is old_thread and window.bridge.info is old_info
     assert window.registry.get("local") is old_thread
     assert window.status.model.text() == old_info.name
+    chat = window.tabs.current
+    chat.set_settings(settings(max_tokens=3))
+    chat.send("still there?")
+    wait_idle(qtbot, chat)
+    assert chat.messages[-1].error is None and chat.messages[-1].finish_reason in ("stop", "length")
+
+
+@pytest.mark.parametrize("problem", ["truncated", "unreadable type", "too large"])
+def test_a_model_refused_in_one_line_leaves_the_old_one_serving(
+    qtbot, make_window, tmp_path, tiny_model_dir, monkeypatch, problem
+) -> None:
+    """A truncated GGUF file, one with a type nothing reads, and a model larger than the free memory: one line each,
+    before any weight is read, and the loaded model goes on answering."""
+    from gguf import GGMLQuantizationType as Q
+
+    from engine.load import memory
+    from tests.gguf_files import write_tiny_model
+
+    window = make_window()
+    old_thread, old_info = window.bridge.thread, window.bridge.info
+    spec, expected = str(tiny_model_dir), "needs about"
+    if problem == "truncated":
+        spec = str(write_tiny_model(tmp_path / "cut.gguf", tiny_model_dir, lambda n: Q.Q4_0, truncate_to=50_000))
+        expected = "cut.gguf is truncated"
+    elif problem == "unreadable type":
+        path = write_tiny_model(tmp_path / "odd.gguf", tiny_model_dir, lambda n: Q.Q8_1 if "ffn" in n else Q.Q4_0)
+        spec, expected = str(path), "stores weights as Q8_1, which the studio cannot read"
+    else:
+        monkeypatch.setattr(memory, "free_memory_bytes", lambda device: 64 * 1024**2)
+    failures: list[str] = []
+    window.bridge.model_load_failed.connect(failures.append)
+    assert window.load_model(ModelChoice(spec=spec))
+    qtbot.waitUntil(lambda: bool(failures), timeout=60_000)
+    assert expected in failures[0] and "\n" not in failures[0]
+    assert window.notice.isVisible() and f"Still using {old_info.name}" in window.notice.text
+    assert window.bridge.thread is old_thread and window.bridge.info is old_info
     chat = window.tabs.current
     chat.set_settings(settings(max_tokens=3))
     chat.send("still there?")

@@ -101,7 +101,7 @@ def test_the_picker_shows_the_loaders_estimate(qtbot, tiny_model_dir) -> None:
     assert dialog.estimate_labels["speed"].text().startswith("Decode with")
     labels = {key: label.text() for key, label in dialog.estimate_labels.items()}
     assert labels["weights"].startswith(format_bytes(expected.weight_bytes))
-    assert labels["kv_token"] == format_bytes(expected.kv_bytes_per_token)
+    assert labels["kv_token"] == f"{format_bytes(expected.kv_bytes_per_token)} ({expected.kv_dtype})"
     assert f"{expected.kv_tokens_for(64 * 1024**2):,} tokens" in labels["context"]
     assert "free RAM" in labels["memory"] and dialog.fits.text() == "Fits in memory."
     assert dialog.load_button.isEnabled() and dialog.load_button.text() == "Load"
@@ -110,6 +110,12 @@ def test_the_picker_shows_the_loaders_estimate(qtbot, tiny_model_dir) -> None:
     dialog.kv_mib.setValue(128)  # a bigger KV budget holds twice the tokens
     qtbot.waitUntil(lambda: dialog.estimate_result is not None, timeout=30_000)
     assert f"{expected.kv_tokens_for(128 * 1024**2):,} tokens" in dialog.estimate_labels["context"].text()
+
+    dialog.kv_mib.setValue(0)  # automatic: 16,384 tokens of this model's KV (it fits easily here), shown as such
+    qtbot.waitUntil(lambda: dialog.estimate_result is not None, timeout=30_000)
+    assert dialog.kv_mib.text() == "auto" and dialog.choice().kv_memory_bytes == 0
+    context = dialog.estimate_labels["context"].text()
+    assert context.startswith("auto: ") and "16,384 tokens" in context
 
 
 def test_the_picker_greys_out_what_this_machine_cannot_do_and_refuses_it(qtbot, tiny_model_dir) -> None:

@@ -205,3 +205,41 @@ def test_a_draft_never_preempts_and_leaves_the_pages_others_need() -> None:
     # the watermark (1 page) stays free while others run: a drafts into its own page and the one other free page
     assert s.pool.num_free == s.watermark and draft["a"] == 12 + 4 - 11
     assert draft["b"] == 8 - 7  # and b within its own last page
+
+
+def test_a_short_prompt_arriving_beside_a_long_one_is_prefilled_first() -> None:
+    """The issue's stall: a 6,169-token prompt in progress, a live stream decoding, then a new short question. The
+    step's prefill budget (here 8 tokens, as the time budget gives beside a stream) used to go to the long prompt
+    whole, so the question waited for every token of it; now the question is prefilled at once, the long prompt goes
+    on with what is left (at least a page a step), and the live stream decodes every step."""
+    s = make(pages=256, page_size=4, max_step_tokens=32)
+    s.prefill_budget = lambda decode_rows: 8 if decode_rows else 32
+    live = request("live", 3)
+    s.add(live)
+    run_step(s)
+    long = request("long", 600, first=1000)
+    s.add(long)
+    run_step(s)
+    question = request("question", 6, first=5000)
+    s.add(question)
+    steps_to_first_token = None
+    for step in range(1, 200):
+        out = run_step(s)
+        assert any(c.request is live and c.is_decode for c in out.chunks)  # the stream never stalls
+        assert any(c.request is long for c in out.chunks) or long.decoding  # nor does the long prompt
+        if question.output_ids and steps_to_first_token is None:
+            steps_to_first_token = step
+        if long.output_ids:
+            break
+    assert steps_to_first_token is not None and steps_to_first_token <= 2, steps_to_first_token
+    assert long.output_ids  # it finished too
+
+
+def test_long_prompts_keep_their_arrival_order_among_themselves() -> None:
+    s = make(pages=256, page_size=4, max_step_tokens=16)
+    first, second = request("first", 100), request("second", 100, first=500)
+    s.add(first)
+    s.add(second)
+    while not first.output_ids:
+        out = run_step(s)
+        assert not any(c.request is second for c in out.chunks) or first.num_computed == 100

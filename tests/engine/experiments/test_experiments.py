@@ -76,6 +76,14 @@ def test_quantization_compares_two_loaded_variants(context) -> None:
     assert len(result.rows) == 2
 
 
+def test_the_quantization_experiment_picks_a_variant_the_source_can_load() -> None:
+    from engine.experiments.catalog import _alternative_for
+
+    auto = LoadOptions(device="cpu")
+    assert _alternative_for(auto, "gguf-file").quantization == "int8"  # nf4 is for safetensors models
+    assert _alternative_for(LoadOptions(quantization="int4", device="cpu"), "embedded").quantization == "none"
+
+
 def test_a_cancelled_experiment_stops_and_frees_its_requests(context) -> None:
     context.cancelled = threading.Event()
     context.cancelled.set()

@@ -39,7 +39,7 @@ def test_a_missing_kernel_is_said_not_guessed(monkeypatch) -> None:
     assert compare_note(SHAPE, "int4", dtype_auto=True) == "int4: not measurable on this machine"
 
 
-def test_engine_quantization_is_cpu_only_and_loads_plain_linears(tiny_model_dir) -> None:
+def test_engine_quantization_is_cpu_only_and_holds_the_engines_modules(tiny_model_dir) -> None:
     from engine.errors import UnsupportedOptionError
     from engine.load.loader import load_model
 
@@ -50,4 +50,4 @@ def test_engine_quantization_is_cpu_only_and_loads_plain_linears(tiny_model_dir)
         raise UnsupportedOptionError(quantization_problem("int4", "cuda"))
     loaded = load_model(str(tiny_model_dir), LoadOptions(quantization="int4"))
     assert loaded.info.quantization == "int4"
-    assert type(loaded.model.model.layers[0].mlp.down_proj).__name__ == "Linear"  # the engine quantizes, not bnb
+    assert type(loaded.model.model.layers[0].mlp.down_proj).__name__ == "Int4Linear"  # the engine's kernel, not bnb

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
@@ -11,7 +10,6 @@ import torch
 
 from engine.credentials import HUB_TOKEN, set_secret
 from engine.errors import HubError, ModelFormatError, ModelNotFoundError, UnsupportedOptionError
-from engine.load import gguf_cache
 from engine.load.loader import estimate_for_spec, load_model
 from engine.load.model_source import SourceKind, embedded_gguf_path, resolve_model_spec
 from engine.load.options import LoadOptions
@@ -30,6 +28,22 @@ def test_bfloat16_is_applied(tiny_model_dir: Path) -> None:
     loaded = load_model(str(tiny_model_dir), LoadOptions(dtype="bfloat16"))
     assert next(loaded.model.parameters()).dtype == torch.bfloat16
     assert loaded.info.dtype == "bfloat16"
+
+
+def test_a_bfloat16_folder_loads_in_bfloat16_under_auto(tmp_path: Path) -> None:
+    """No float32 copy: the folder's own dtype (and its KV cache in it), or int4 linears when asked."""
+    from engine.bench.synthetic import SHAPES, write_folder
+    from engine.model.quantized import Int4Linear
+
+    write_folder(SHAPES["qwen2-tiny"], tmp_path / "bf16")
+    loaded = load_model(str(tmp_path / "bf16"), LoadOptions(device="cpu"))
+    assert {p.dtype for p in loaded.model.parameters()} == {torch.bfloat16}
+    assert loaded.info.dtype == "bfloat16" and loaded.kv_dtype == torch.bfloat16
+    quantized = load_model(str(tmp_path / "bf16"), LoadOptions(quantization="int4", device="cpu"))
+    assert isinstance(quantized.model.model.layers[1].mlp.up_proj, Int4Linear)
+    assert "int4 (quantized per group of 32 inputs from bfloat16 at load" in quantized.info.description
+    estimate = estimate_for_spec(str(tmp_path / "bf16"), LoadOptions(device="cpu"))
+    assert estimate.dtype == "bfloat16" and estimate.weight_bytes == loaded.info.weight_bytes
 
 
 @pytest.mark.parametrize("quant", ["nf4", "fp4"])
@@ -121,85 +135,6 @@ def test_other_file_is_refused(tmp_path: Path) -> None:
         resolve_model_spec(str(other))
 
 
-def _write_small_gguf(path: Path, value: float) -> None:
-    import gguf
-    import numpy as np
-
-    writer = gguf.GGUFWriter(str(path), "llama")
-    writer.add_file_type(int(gguf.LlamaFileType.ALL_F32))
-    writer.add_tensor("token_embd.weight", np.full((4, 4), value, dtype=np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-
-
-def test_gguf_conversion_is_cached_and_redone_when_the_file_changes(
-    tmp_path: Path, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("INFERENCE_STUDIO_CACHE", str(tmp_path / "cache"))
-    conversions: list[Path] = []
-
-    def fake_convert(source: Path, out: Path) -> None:  # the real one is exercised by the embedded model
-        conversions.append(source)
-        shutil.copytree(tiny_model_dir, out, dirs_exist_ok=True)
-
-    monkeypatch.setattr(gguf_cache, "_convert", fake_convert)
-    model_file = tmp_path / "small.gguf"
-    _write_small_gguf(model_file, 1.0)
-
-    first = load_model(str(model_file))
-    second = load_model(str(model_file))
-    assert len(conversions) == 1
-    assert first.info.folder == second.info.folder
-    assert first.info.source_kind == SourceKind.GGUF_FILE
-    assert "GGUF F32 weights dequantized" in first.info.description
-
-    _write_small_gguf(model_file, 2.0)  # same name, new content: must be converted again
-    third = load_model(str(model_file))
-    assert len(conversions) == 2
-    assert third.info.folder != first.info.folder
-
-
-def test_a_bundled_conversion_is_used_read_only_before_converting(
-    tmp_path: Path, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Installers ship the embedded model converted; the studio must use it and not convert into the cache."""
-    monkeypatch.setenv("INFERENCE_STUDIO_CACHE", str(tmp_path / "cache"))
-    conversions: list[Path] = []
-
-    def fake_convert(source: Path, out: Path) -> None:
-        conversions.append(source)
-        shutil.copytree(tiny_model_dir, out, dirs_exist_ok=True)
-
-    monkeypatch.setattr(gguf_cache, "_convert", fake_convert)
-    model_file = tmp_path / "small.gguf"
-    _write_small_gguf(model_file, 1.0)
-    # What a build does: convert once into a build cache, then copy the folder into the bundle.
-    monkeypatch.setenv("INFERENCE_STUDIO_CACHE", str(tmp_path / "build-cache"))
-    built, _ = gguf_cache.converted_folder(model_file)
-    bundled = tmp_path / "bundle" / "converted-models"
-    shutil.copytree(built, bundled / built.name)
-    stale = tmp_path / "stale"  # an older layout must be skipped, not trusted
-    shutil.copytree(built, stale / built.name)
-    marker = stale / built.name / gguf_cache.MARKER
-    marker.write_text(marker.read_text().replace('"format": 1', '"format": 0'))
-
-    monkeypatch.setenv("INFERENCE_STUDIO_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv(
-        "INFERENCE_STUDIO_BUNDLED_CONVERTED", os.pathsep.join([str(tmp_path / "missing"), str(stale), str(bundled)])
-    )
-    loaded = load_model(str(model_file))
-    assert loaded.info.folder == str(bundled / built.name)
-    assert len(conversions) == 1  # only the build's
-    assert not list((tmp_path / "cache" / "converted").glob("small-*"))
-
-    _write_small_gguf(model_file, 2.0)  # a file the bundle does not hold is converted into the user cache as before
-    changed = load_model(str(model_file))
-    assert len(conversions) == 2
-    assert Path(changed.info.folder).parent == tmp_path / "cache" / "converted"
-
-
 def _fake_hub_snapshot(cache: Path, repo_id: str, source: Path) -> None:
     repo = cache / ("models--" + repo_id.replace("/", "--"))
     commit = "0123456789abcdef0123456789abcdef01234567"
@@ -271,10 +206,17 @@ def test_quantized_estimates_are_smaller(tiny_model_dir: Path) -> None:
     bf16 = estimate_for_spec(str(tiny_model_dir), LoadOptions(dtype="bfloat16")).weight_bytes
     nf4 = estimate_for_spec(str(tiny_model_dir), LoadOptions(quantization="nf4")).weight_bytes
     assert nf4 < full and bf16 == full // 2
-    # int4 on a CPU is the engine's kernel: the weights load as they are and the engine adds its int4 copies
+    # int4 on a CPU: the loader quantizes each linear in turn; no float copy stays, the engine adds none
     int4 = estimate_for_spec(str(tiny_model_dir), LoadOptions(quantization="int4", device="cpu"))
+    int8 = estimate_for_spec(str(tiny_model_dir), LoadOptions(quantization="int8", device="cpu"))
     plain = estimate_for_spec(str(tiny_model_dir), LoadOptions(device="cpu"))
-    assert int4.weight_bytes == full and int4.engine_copy_bytes > plain.engine_copy_bytes > 0
+    assert int4.weight_bytes < int8.weight_bytes < full // 3 and int4.engine_copy_bytes == 0
+    assert plain.engine_copy_bytes > 0  # float32 under auto: prepacked and bfloat16 copies where faster
+    for estimate, quantization in ((int4, "int4"), (int8, "int8")):  # the bytes the loader then holds
+        model = load_model(str(tiny_model_dir), LoadOptions(quantization=quantization)).model
+        held = sum(t.numel() * t.element_size() for n, t in [*model.named_parameters(), *model.named_buffers()]
+                   if "rotary" not in n)  # fmt: skip
+        assert estimate.weight_bytes == held, quantization
 
 
 @pytest.mark.slow
@@ -282,19 +224,16 @@ def test_embedded_default_model(embedded_model) -> None:
     info = embedded_model.info
     assert info.source_kind == SourceKind.EMBEDDED
     assert info.name == "SmolLM2-135M-Instruct"
-    assert "GGUF Q4_1 weights dequantized" in info.description
+    assert "GGUF Q4_1 dequantized in memory to float32" in info.description
+    assert info.folder == str(embedded_gguf_path())  # read from the file itself: no converted folder
     assert 130e6 < info.parameters < 140e6  # tied embeddings counted once
 
 
-def _files(folder: Path) -> dict[str, tuple[int, int]]:
-    return {str(p): (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*") if p.is_file()}
-
-
 @pytest.mark.slow
-def test_embedded_second_load_uses_the_cache(embedded_model) -> None:
-    from engine.paths import converted_models_dir
-
-    before = _files(converted_models_dir())
-    again = load_model(None)
-    assert again.info.folder == embedded_model.info.folder
-    assert _files(converted_models_dir()) == before  # nothing converted or written again
+def test_loading_a_gguf_file_writes_nothing_to_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The old path wrote a float32 copy (4x a Q4 file, 11 GiB for a 3B model) under the cache; none is made now."""
+    monkeypatch.setenv("INFERENCE_STUDIO_CACHE", str(tmp_path / "cache"))
+    loaded = load_model(None, LoadOptions(quantization="int4"))
+    assert loaded.info.quantization == "int4"
+    written = [p for p in (tmp_path / "cache").rglob("*") if p.is_file()]
+    assert sum(p.stat().st_size for p in written) < 1_000_000, written  # remembered measurements at most

@@ -117,6 +117,82 @@ def test_same_logits_and_cache_as_the_python_layers(models, name: str, fmt: str,
     assert float((caches[0] - caches[1]).abs().max()) < tolerance * float(caches[0].abs().max())
 
 
+# formats per tensor as loaders hold files: one format throughout, llama.cpp's Q4_K_M mix (int8 for attn_v and
+# ffn_down in every other layer), and three formats within one projection
+STORED_PLANS = {
+    "int4": "int4",
+    "int8": "int8",
+    "bfloat16": "bfloat16",
+    "Q4_K_M-like mix": lambda layer, name: "int8" if name in ("v_proj", "down_proj") and layer % 2 == 0 else "int4",
+    "mixed in one projection": lambda layer, name: {"k_proj": "int8", "v_proj": "bfloat16"}.get(name, "int4"),
+}
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory) -> dict[str, Path]:
+    from tests.helpers import make_tiny_llama
+
+    root = tmp_path_factory.mktemp("stored")
+    config_class, model_class, extra = architectures()["qwen2"]
+    return {
+        "llama": make_tiny_llama(root / "llama"),
+        "qwen2": save_tiny(root / "qwen2", config_class, model_class, **extra),
+    }
+
+
+STORED_CASES = [("llama", plan, kv) for plan in STORED_PLANS for kv in (torch.float32, torch.bfloat16)] + [
+    ("qwen2", plan, torch.bfloat16)
+    for plan in ("Q4_K_M-like mix", "mixed in one projection")  # QKV biases fused
+]
+
+
+@needs_library
+@pytest.mark.parametrize(
+    ("name", "plan", "kv"), STORED_CASES, ids=[f"{n}-{p}-{str(k)[6:]} KV" for n, p, k in STORED_CASES]
+)
+def test_models_held_as_stored_give_the_python_layers_logits_and_cache(folders, name, plan, kv) -> None:
+    """Weights as a loader holds them (int4, int8, bfloat16, mixed per tensor; an int8 embedding and LM head):
+    the compiled step computes what the Python layers do, into a float32 or bfloat16 KV cache."""
+    from tests.helpers import hold_as_stored
+
+    model = hold_as_stored(_model(folders[name]), STORED_PLANS[plan], embed="int8", head="int8")
+    fast = fast_forward.FastForward(model)
+    assert fast.stored_format in fast.compiled, fast.compiled_note
+    results, caches = [], []
+    for compiled in (False, True):
+        cache = _cache(fast, kv)
+        results.append(_run(fast, cache, _requests(model.config.vocab_size), compiled))
+        caches.append(cache.storage.float())
+    for python, ours in zip(*results, strict=True):
+        assert float((python - ours).abs().max() / python.abs().max()) < 2e-2
+        assert torch.equal(python.argmax(-1), ours.argmax(-1))
+    assert float((caches[0] - caches[1]).abs().max()) < 2e-2 * float(caches[0].abs().max())
+
+
+@needs_library
+@pytest.mark.parametrize("quantization", ["int8", "int4"])
+def test_an_engine_on_a_model_held_as_stored_runs_it_over_a_bfloat16_cache(tiny_model_dir, quantization) -> None:
+    """End to end: the loader holds the weights as stored with a bfloat16 KV cache; the engine's steps run the
+    compiled step, and greedy replies equal the Python layers' (same weights, same cache dtype)."""
+    from engine.core.config import EngineConfig
+    from engine.core.engine import Engine
+
+    loaded = load_model(str(tiny_model_dir), LoadOptions(quantization=quantization))
+    assert loaded.as_stored and loaded.kv_dtype == torch.bfloat16
+    replies = []
+    for compiled in (True, False):
+        engine = Engine(loaded, EngineConfig(kv_pages=64, page_size=4, compiled_step=compiled))
+        record = engine.runtime_record()
+        assert record["kv_cache"] == "bfloat16" and record["fast_path_check"].startswith("agrees")
+        assert record["compiled_step"].startswith("on for") == compiled, record["compiled_step"]
+        prompts = [[5, 9, 13, 40, 41, 42, 77, 100, 101, 102], [7, 8, 200, 201, 202] * 5]
+        requests = [engine.add_request(p, SamplingParams(max_tokens=12, ignore_eos=True)) for p in prompts]
+        run_to_completion(engine)
+        assert engine.runner.fast.last_compiled == compiled
+        replies.append([r.output_ids for r in requests])
+    assert replies[0] == replies[1]
+
+
 @needs_library
 def test_the_engine_uses_it_and_says_so(make_engine, tiny_loaded) -> None:
     from tests.helpers import reference_greedy
@@ -282,13 +358,15 @@ def test_a_linear_of_the_wrong_shape_is_refused_when_building(models) -> None:
         compiled_step.CompiledStep(fast, narrow).forward(*_step_inputs(fast).values())
 
 
-def _cache(fast) -> PagedKVCache:
-    return PagedKVCache(len(fast.layers), fast.kv_heads, fast.head_dim, PAGES, PAGE, torch.float32, "cpu")
+def _cache(fast, dtype: torch.dtype = torch.float32) -> PagedKVCache:
+    return PagedKVCache(len(fast.layers), fast.kv_heads, fast.head_dim, PAGES, PAGE, dtype, "cpu")
 
 
 def _in_a_fresh_process(code: str, env: dict[str, str], tmp_path: Path) -> str:
     """Run code where nothing is loaded yet, with its own user cache; returns its stdout's last line."""
-    environment = {**os.environ, "INFERENCE_STUDIO_CACHE": str(tmp_path / "cache"), **env}
+    environment = {**os.environ, "INFERENCE_STUDIO_CACHE": str(tmp_path / "cache")}
+    environment.pop(compiled_step.DISABLE_ENV, None)  # a suite run with it turned off still tests these paths
+    environment.update(env)
     done = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=environment, timeout=300
     )

@@ -67,3 +67,76 @@ def test_the_check_covers_decode_over_cached_pages(fresh_tiny, monkeypatch) -> N
     rejected = fast_forward.rejected_check(fresh_tiny)
     assert rejected is not None and not rejected.passed and rejected.max_rel_error > rejected.tolerance
     assert "decode 2 over cached pages" in rejected.stages and "seed 0" in rejected.stages
+
+
+@pytest.fixture
+def deep_tiny(tmp_path):
+    """A tiny Llama six layers deep: deeper than the check's and the measurement's budgets."""
+    from engine.load.loader import load_model
+    from tests.helpers import make_tiny_llama
+
+    return load_model(str(make_tiny_llama(tmp_path / "deep", layers=6)), LoadOptions(dtype="float32")).model
+
+
+def _calls_per_layer(modules: list[torch.nn.Module]) -> list[list[int]]:
+    """Hooks counting each module's calls and the rows of each call: [module][call] -> rows."""
+    seen: list[list[int]] = [[] for _ in modules]
+    for index, module in enumerate(modules):
+        module.register_forward_hook(lambda _m, args, _out, index=index: seen[index].append(args[0].shape[-2]))
+    return seen
+
+
+def test_the_check_runs_a_few_layers_and_a_short_prompt_whatever_the_depth(deep_tiny) -> None:
+    """The check compares transformers' forward over the same as-stored modules with the lean forward's Python
+    layers and compiled step, on the first CHECK_LAYERS layers and 26 tokens only."""
+    from tests.helpers import hold_as_stored
+
+    model = hold_as_stored(deep_tiny, "int4", embed="int8", head="int8")
+    fast = fast_forward.FastForward(model)
+    reference = _calls_per_layer(list(model.model.layers))
+    lean = _calls_per_layer([layer[0] for layer in fast.linears[fast.stored_format].layers])  # each layer's qkv
+    check = fast_forward.check_against_transformers(model, fast)
+    assert check.passed and check.against == "transformers" and check.layers == "2 of 6 layers"
+    assert reference == [[26], [26], [], [], [], []]  # one pass of the 26 tokens over the first two layers
+    assert all(not calls for calls in lean[2:])  # the lean forward's deeper layers untouched
+    assert sum(sum(calls) for calls in lean[:2]) == 2 * 26  # prefill, chunk and decodes: 26 rows per layer
+    assert model.config.num_hidden_layers == 6
+
+
+def test_the_format_measurement_touches_a_few_layers_and_says_so(deep_tiny, monkeypatch, tmp_path) -> None:
+    from engine.model import formats
+
+    monkeypatch.setattr(formats, "_store", lambda: tmp_path / "weight-formats.json")  # measured, not remembered
+    monkeypatch.setattr(fast_forward, "BUDGET_MAX_LAYERS", 2)
+    messages: list[str] = []
+    native = _calls_per_layer([layer.self_attn.q_proj for layer in deep_tiny.model.layers])
+    fast = fast_forward.build(deep_tiny, formats=(formats.FLOAT32, formats.INT8), progress=messages.append)
+    assert fast is not None and set(fast.choice.timings_ms) == {formats.FLOAT32, formats.INT8}
+    assert fast.choice.measured_on == "2 of 6 layers" and "over 2 of 6 layers" in fast.choice.describe()
+    assert messages[0] == "measuring weight formats (float32, int8) on 2 of 6 layers"
+    assert messages[1] == "checking the fast path on 2 layers"
+    assert all(not calls for calls in native[2:])  # the model's own modules of deeper layers never ran
+    if formats.INT8 not in fast.choice.formats:  # the copies made to measure it are gone, none made for the rest
+        assert not fast._copies and set(fast.linears) == {formats.FLOAT32}
+    else:
+        assert len(fast.linears[formats.INT8].layers) == 6
+
+
+def test_a_layout_fault_in_the_as_stored_fusion_turns_the_lean_forward_off(deep_tiny, monkeypatch) -> None:
+    """A fused int4 packing whose rows land in the wrong place: the check (against transformers' forward over the
+    model's own modules) catches it."""
+    from engine.model import stored
+    from tests.helpers import hold_as_stored
+
+    real = stored._fuse_int4
+
+    def scrambled(group):
+        fused = real(group)
+        if fused is not None:
+            fused.packed = fused.packed.flip(0).contiguous()
+        return fused
+
+    monkeypatch.setattr(stored, "_fuse_int4", scrambled)
+    model = hold_as_stored(deep_tiny, "int4")
+    assert fast_forward.build(model) is None
+    assert not fast_forward.rejected_check(model).passed

@@ -85,19 +85,21 @@ def test_only_an_automatic_dtype_lets_the_engine_pick_formats(tiny_model_dir) ->
 
 
 @pytest.mark.parametrize("quantization", ["int8", "int4"])
-def test_asking_for_int8_or_int4_measures_the_engines_kernels_beside_float32(tiny_model_dir, quantization) -> None:
+def test_asking_for_int8_or_int4_holds_the_linears_in_it(tiny_model_dir, quantization) -> None:
+    """The loader quantizes each linear in turn (no float32 copy stays beside them); the engine runs them."""
     from engine.core.engine import Engine, weight_formats
     from engine.load.loader import load_model
     from engine.load.options import LoadOptions
+    from engine.model.quantized import weight_format
     from engine.types import SamplingParams
 
     if not formats.usable(quantization, torch.device("cpu")):
         pytest.skip(f"torch's {quantization} CPU kernel is missing here")
     loaded = load_model(str(tiny_model_dir), LoadOptions(quantization=quantization))
-    assert quantization in weight_formats(loaded) and FLOAT32 in weight_formats(loaded)
+    layer = loaded.model.model.layers[0]
+    assert weight_format(layer.mlp.down_proj) == weight_format(layer.self_attn.q_proj) == quantization
+    assert loaded.as_stored and weight_formats(loaded) == ()
     engine = Engine(loaded)
-    assert set(engine.runner.fast.choice.timings_ms) >= {FLOAT32, quantization}
-    assert engine.runtime_record()["fast_path_check"].startswith("agrees")
     request = engine.add_request([5, 6, 7], SamplingParams(max_tokens=4, min_tokens=4))
     while engine.has_unfinished:
         engine.step()
@@ -228,3 +230,25 @@ def test_which_steps_pick_among_leading_candidates() -> None:
     replied = chunks(greedy, presence)
     replied[1].request.output_ids = [9, 7, 9]
     assert _penalized(replied) == [[], [7, 9]]
+
+
+@pytest.mark.parametrize("fmt", ["int8", "int4", "bfloat16"])
+def test_a_head_held_as_stored_picks_the_exact_greedy_token_of_its_weights(fmt) -> None:
+    """The quantized head's own kernel (bfloat16 rows in, bfloat16 logits out) ranks near-ties differently from
+    float32 over its weights; greedy picks float32's, and every logit is exact when all are asked for."""
+    from engine.model.lm_head import LMHead
+    from engine.model.quantized import make_weight_module
+
+    if fmt != "bfloat16" and not formats.usable(fmt, torch.device("cpu")):
+        pytest.skip(f"torch's {fmt} CPU kernel is missing here")
+    torch.manual_seed(0)
+    module = make_weight_module(torch.randn(2000, 64) * 0.05, None, fmt)
+    head = LMHead.stored(module)
+    hidden = torch.randn(64, 64) * 4
+    with torch.inference_mode():
+        exact = hidden @ module.dequantize().t()
+        assert torch.allclose(head.exact(hidden), exact, atol=1e-4, rtol=1e-5)
+        greedy = head.greedy(hidden)
+        assert torch.equal(greedy.argmax(-1), exact.argmax(-1))
+        picked = greedy.gather(-1, exact.argmax(-1, keepdim=True))
+        assert torch.allclose(picked, exact.max(-1, keepdim=True).values, atol=1e-4)
