@@ -106,7 +106,7 @@ class ResponsesApi:
                     yield _sse(event)
                 if not token_event.finished:
                     continue
-                failure = server.failure(token_event)
+                failure = server.failure(token_event, parsed.gen)
                 if failure is not None:
                     for event in events.fail(failure.message):
                         yield _sse(event)

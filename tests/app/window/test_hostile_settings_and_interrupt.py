@@ -53,7 +53,8 @@ def test_every_hostile_value_falls_back_with_a_log_line(studio_home, caplog) -> 
                   settings.current_chat, settings.sidebar_width, settings.kv_memory_mib, settings.default_model,
                   settings.recent_models, settings.window_state())  # fmt: skip
         config = settings.engine_config
-    assert values == ("system", 10, "enter", True, None, 0, 512, ModelChoice(), [], (None, None))
+    # kv_memory_mib falls back to 0: the automatic budget (the default)
+    assert values == ("system", 10, "enter", True, None, 0, 0, ModelChoice(), [], (None, None))
     assert config.page_size == 16 and config.max_running == 64 and config.prefix_caching
     logged = "\n".join(r.getMessage() for r in caplog.records)
     for key in ("ui/theme", "ui/font_size", "ui/send_key", "ui/settings_panel", "ui/current_chat",
