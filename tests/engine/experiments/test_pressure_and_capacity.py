@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from engine.core.config import EngineConfig
 from engine.experiments.capacity import capacity_row
 from engine.experiments.catalog import experiment
@@ -59,9 +61,10 @@ def test_capacity_grows_its_chats_side_by_side_without_drafts(tiny_loaded, monke
     monkeypatch.setattr(
         ExperimentContext, "engine", lambda self, *a, **kw: engines.append(original(self, *a, **kw)) or engines[-1]
     )
-    ctx = ExperimentContext(tiny_loaded, EngineConfig(speculative=True), ExperimentSizes.small())
+    sizes = dataclasses.replace(ExperimentSizes.small(), capacity_lengths=(64,))  # one length shows it
+    ctx = ExperimentContext(tiny_loaded, EngineConfig(speculative=True), sizes)
     experiment("capacity").run(ctx)
-    assert len(engines) == 4 and not any(engine.config.speculative for engine in engines)
+    assert len(engines) == 2 and not any(engine.config.speculative for engine in engines)
 
 
 def test_a_capacity_row_says_what_the_pages_need_and_what_the_run_did() -> None:
