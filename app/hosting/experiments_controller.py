@@ -47,7 +47,7 @@ class ExperimentController(QObject):
         self._restore: tuple = (None, "")
         self.title = ""  # of the experiment running, or the last one
         self.phase_started.connect(self._show_phase)
-        self.progress_changed.connect(self.dashboard.results.show_status)
+        self.progress_changed.connect(self._show_progress)
         self._finished.connect(self._done)
 
     @property
@@ -68,7 +68,8 @@ class ExperimentController(QObject):
         self._cancel = threading.Event()
         self._restore = (self.dashboard.source, self.dashboard.source_label.text())
         self.dashboard.set_panel_visible("results", True)
-        self.dashboard.results.show_status(f"{chosen.title}: starting (chats wait until it ends)…")
+        # the last experiment's table goes at once: its rows under this one's heading would read as this one's
+        self.dashboard.results.show_started(chosen.title, running_status("starting"))
 
         def run_in_engine_thread(engine) -> ExperimentResult:
             ctx = ExperimentContext(
@@ -88,6 +89,10 @@ class ExperimentController(QObject):
 
     def cancel(self) -> None:
         self._cancel.set()
+
+    def _show_progress(self, text: str) -> None:
+        if self.running:  # a late message must not overwrite how the experiment ended
+            self.dashboard.results.show_status(running_status(text.removeprefix("experiment: ")))
 
     def _show_phase(self, source, label: str) -> None:
         self.dashboard.set_source(source, label)
@@ -115,6 +120,11 @@ class ExperimentController(QObject):
     def _fail(self, message: str) -> None:
         self.dashboard.results.show_status(f"The experiment failed: {message}")
         self.experiment_failed.emit(message)
+
+
+def running_status(step: str) -> str:
+    """The status line while an experiment runs: what it does now, and that chats wait for it."""
+    return f"Running: {step} — chats wait until it ends (Experiments › Stop experiment ends it sooner)."
 
 
 def build_experiments_menu(menu: QMenu, controller: ExperimentController) -> list[QAction]:

@@ -9,6 +9,8 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QToolBar
 
+from app.window.toolbar_fit import ToolbarFit
+
 if TYPE_CHECKING:
     from app.window.main_window import MainWindow
 
@@ -103,3 +105,11 @@ def build_actions(window: MainWindow) -> WindowActions:
     window.addToolBar(toolbar)
     window.toolbar = toolbar
     return actions
+
+
+def fit_toolbar(toolbar: QToolBar, actions: WindowActions, picker) -> ToolbarFit:
+    """Short labels for when the full ones do not fit (a large font, a narrow window); menus keep the full ones."""
+    short = [(actions.new_chat, "New"), (actions.choose_model, "Model"), (actions.stop, "Stop"),
+             (actions.regenerate, "Regenerate"), (actions.history, "History"),
+             (actions.settings, "Settings")]  # fmt: skip
+    return ToolbarFit(toolbar, short, slim=[picker])

@@ -36,7 +36,7 @@ from app.hosting.engine_bridge import EngineBridge, Loader
 from app.hosting.hub_token import KeyringTokens
 from app.hosting.model_switcher import FINISH, ModelSwitcher
 from app.remote.features import RemoteFeatures
-from app.window.actions import build_actions
+from app.window.actions import build_actions, fit_toolbar
 from app.window.dashboard_setup import install_studio_dashboard
 from app.window.engine_status import EngineStatus
 from app.window.interrupts import close_on_interrupt
@@ -111,6 +111,7 @@ class MainWindow(QMainWindow):
         self.tabs.restore(settings.current_chat)
         self.remote = RemoteFeatures(self)  # remote endpoints per chat, the API server toggle (issue 5)
         self.compare = install_compare(self)  # Model > Compare…
+        self.toolbar_fit = fit_toolbar(self.toolbar, self.actions, self.remote.picker)
         self._restore_geometry()
 
     # ---- docks for colleagues' panels -------------------------------------------------------

@@ -68,6 +68,7 @@ STYLE = """
 #noticeBar[level="error"] QLabel {{ color: {error_fg}; }}
 #noticeBar[level="info"] {{ background: {info_bg}; border-bottom: 1px solid {info_border}; }}
 #placeholder {{ font-size: {large}pt; padding: 40px; }}
+#qt_toolbar_ext_button {{ background: {info_bg}; border: 1px solid {highlight}; border-radius: 4px; color: {text}; }}
 #sectionTitle {{ font-weight: 600; color: {muted}; padding-top: 6px; }}
 #samplingPanel {{ background: {window}; }}
 #schemaEditor {{ font-family: "{mono}"; font-size: {small}pt; }}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -69,7 +70,9 @@ def batching(ctx: ExperimentContext) -> ExperimentResult:
         ctx.say(f"batching: {streams} at once")
         subs = [Submission(prompts[i], greedy(reply), f"{streams} at once #{i + 1}") for i in range(streams)]
         outcome = run_batch(engine, subs, ctx)
-        per_stream = outcome.median("decode_tokens_per_s")
+        # on the throughput's clock (from submission): a stream's decode pace alone, without its prefill and first
+        # token, read faster than the engine's whole output at 1 request (2.9 against 2.1 tok/s)
+        per_stream = statistics.median(outcome.stream_tokens_per_s) if outcome.stream_tokens_per_s else None
         figures.append(
             {
                 "streams": streams,
@@ -94,6 +97,11 @@ def batching(ctx: ExperimentContext) -> ExperimentResult:
             f"{figures[-1]['streams']} requests at once made {gain:.1f}× the tokens per second of one: a decode pass "
             "hauls the weights once for the whole batch, so each extra stream costs far less than a pass of its own."
         )
+    notes.append(
+        "Both speeds count from the moment the requests were submitted: the engine's throughput is every token over "
+        "the time until the last request finished, a stream's speed (the median) its own tokens over its own time "
+        "to its last token, prefill included. One request alone streams at exactly the engine's throughput."
+    )
     columns = ["at once", "engine throughput", "per-stream speed", "TTFT (median)", "wall time"]
     return ExperimentResult("batching", "Batching: 1 to many requests at once", columns, rows, notes, figures)
 

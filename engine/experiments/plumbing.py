@@ -105,7 +105,8 @@ class Submission:
 
 @dataclass
 class BatchOutcome:
-    """What one batch of requests did on an engine: per-request stats, outputs, and the wall time."""
+    """What one batch of requests did on an engine: per-request stats, outputs, and times on one clock that starts
+    when the batch was submitted: each request's finish, and the wall time (until the last one finished)."""
 
     stats: list[RequestStats]
     outputs: list[list[int]]
@@ -113,6 +114,7 @@ class BatchOutcome:
     preemptions: int
     prefix_hit_tokens: int
     prefill_tokens: int
+    finished_s: list[float] = field(default_factory=list)  # per request, since submission
 
     @property
     def output_tokens(self) -> int:
@@ -121,6 +123,12 @@ class BatchOutcome:
     @property
     def tokens_per_s(self) -> float:
         return self.output_tokens / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def stream_tokens_per_s(self) -> list[float]:
+        """Each request's tokens over its own time from submission to its last token (its wait and prefill
+        included): the throughput's time base, so one request alone streams exactly at the engine's throughput."""
+        return [s.output_tokens / t for s, t in zip(self.stats, self.finished_s, strict=True) if t > 0]
 
     def median(self, name: str) -> float | None:
         values = [getattr(s, name) for s in self.stats if getattr(s, name) is not None]
@@ -133,6 +141,7 @@ def run_batch(engine: Engine, submissions: Sequence[Submission], ctx: Experiment
     started = time.monotonic()
     ids = [engine.add_request(s.prompt_ids, s.params, tag=s.tag).request_id for s in submissions]
     stats: dict[str, RequestStats] = {}
+    finished: dict[str, float] = {}
     outputs: dict[str, list[int]] = {rid: [] for rid in ids}
     while engine.has_unfinished:
         if ctx.cancelled.is_set():
@@ -145,7 +154,9 @@ def run_batch(engine: Engine, submissions: Sequence[Submission], ctx: Experiment
                 if event.error:
                     raise StudioError(f"an experiment request failed: {event.error}")
                 stats[event.request_id] = event.stats
-    wall = time.monotonic() - started
+                finished[event.request_id] = time.monotonic() - started
+    # the wall time ends with the last request, on the same clock as each one's finish (not a moment later)
+    wall = max(finished.values(), default=time.monotonic() - started)
     totals = engine.metrics.snapshot(1 << 62, 1 << 62).totals
     return BatchOutcome(
         stats=[stats[rid] for rid in ids],
@@ -154,6 +165,7 @@ def run_batch(engine: Engine, submissions: Sequence[Submission], ctx: Experiment
         preemptions=totals.preemptions - totals_before.preemptions,
         prefix_hit_tokens=totals.prefix_hit_tokens - totals_before.prefix_hit_tokens,
         prefill_tokens=totals.prefill_tokens - totals_before.prefill_tokens,
+        finished_s=[finished[rid] for rid in ids],
     )
 
 

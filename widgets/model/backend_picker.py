@@ -22,9 +22,16 @@ class BackendPicker(QWidget):
         self.combo.activated.connect(self._activated)
         layout = QHBoxLayout(self)
         layout.setContentsMargins(6, 0, 6, 0)
-        layout.addWidget(QLabel("Chat with"))
+        self.label = QLabel("Chat with")
+        layout.addWidget(self.label)
         layout.addWidget(self.combo)
         self._current = ""
+
+    def set_slim(self, slim: bool) -> None:
+        """A slimmer form for a crowded toolbar (a large font): no "Chat with" (the tooltip says it), a narrower
+        list; a long name still shows in full in the open list."""
+        self.label.setVisible(not slim)
+        self.combo.setMinimumContentsLength(10 if slim else 16)
 
     def set_choices(self, choices: list[tuple[str, str]]) -> None:
         """(backend id, label) pairs, the local engine first."""

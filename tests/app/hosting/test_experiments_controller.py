@@ -58,7 +58,7 @@ def test_stop_ends_the_experiment(qtbot, controller) -> None:
     with qtbot.waitSignal(controller.running_changed, timeout=5_000, check_params_cb=lambda on: not on):
         assert controller.run("memory_pressure")
         controller.cancel()
-    assert "stopped" in controller.dashboard.results.heading.text()
+    assert "stopped" in controller.dashboard.results.status.text()
 
 
 def test_one_at_a_time_and_only_with_a_model(qtbot, controller) -> None:
@@ -73,3 +73,16 @@ def test_one_at_a_time_and_only_with_a_model(qtbot, controller) -> None:
         "an experiment is already running; stop it first",
         "load a model first: experiments run on the loaded model",
     ]
+
+
+def test_a_new_experiment_clears_the_last_ones_table_from_under_its_heading(qtbot, controller) -> None:
+    results = controller.dashboard.results
+    with qtbot.waitSignal(controller.result_ready, timeout=60_000):
+        assert controller.run("prefill_vs_decode")
+    assert len(results.cells()) == 2 and "Prefill vs decode" in results.heading.text()
+    with qtbot.waitSignal(controller.running_changed, timeout=60_000, check_params_cb=lambda on: not on):
+        assert controller.run("batching")
+        assert results.cells() == [] and not results.table.isVisible()  # not prefill's rows under Batching
+        assert "Batching" in results.heading.text() and "Prefill" not in results.heading.text()
+        assert "chats wait" in results.status.text()
+    assert [row[0] for row in results.cells()] == ["1", "3"] and "Batching" in results.heading.text()

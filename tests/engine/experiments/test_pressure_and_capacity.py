@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from engine.core.config import EngineConfig
+from engine.experiments.capacity import capacity_row
 from engine.experiments.catalog import experiment
 from engine.experiments.plumbing import ExperimentContext, ExperimentSizes
 from engine.experiments.pressure import first_divergence, replies_note
@@ -45,5 +48,35 @@ def test_capacity_finds_where_preemption_starts_as_chats_grow_longer(tiny_loaded
         assert figures["preemptions_at_fit"] == 0  # the budget holds exactly that many
         assert figures["preemptions_one_more"] > 0  # one more, and pages run out
     assert [row[:3] for row in result.rows] == [["64 tokens", "16", "2"], ["96 tokens", "24", "1"]]
-    assert result.rows[0][3] == "2 at once: no preemption" and result.rows[0][4].startswith("3: ")
+    assert result.rows[0][3] == "2 need 32 of 40 pages: no preemption"
+    assert result.rows[0][4].startswith("3 need 48 of 40 pages: ") and result.rows[0][4].endswith("preemptions")
     assert "preempted" in result.notes[0]
+
+
+def test_capacity_grows_its_chats_side_by_side_without_drafts(tiny_loaded, monkeypatch) -> None:
+    """Drafts let a chat whose drafts hit finish early and free its pages: on the real model, 4 chats of 256 tokens
+    in 48 pages (64 needed) then ran without a preemption, against the experiment's own arithmetic."""
+    engines = []
+    original = ExperimentContext.engine
+    monkeypatch.setattr(
+        ExperimentContext, "engine", lambda self, *a, **kw: engines.append(original(self, *a, **kw)) or engines[-1]
+    )
+    sizes = dataclasses.replace(ExperimentSizes.small(), capacity_lengths=(64,))  # one length shows it
+    ctx = ExperimentContext(tiny_loaded, EngineConfig(speculative=True), sizes)
+    experiment("capacity").run(ctx)
+    assert len(engines) == 2 and not any(engine.config.speculative for engine in engines)
+
+
+def test_a_capacity_row_says_what_the_pages_need_and_what_the_run_did() -> None:
+    figures = {"length": 256, "pages_per_chat": 16, "fit": 3, "ran_at_once": 3, "preemptions_at_fit": 0}
+    row = capacity_row({**figures, "preemptions_one_more": 51}, 48)
+    assert row == [
+        "256 tokens",
+        "16",
+        "3",
+        "3 need 48 of 48 pages: no preemption",
+        "4 need 64 of 48 pages: 51 preemptions",
+    ]
+    assert capacity_row({**figures, "preemptions_one_more": 1}, 48)[4] == "4 need 64 of 48 pages: 1 preemption"
+    # over the budget without a preemption (the drafts' case): the row never reads as if the arithmetic held
+    assert capacity_row({**figures, "preemptions_one_more": 0}, 48)[4] == "4 need 64 of 48 pages: yet no preemption"
