@@ -337,9 +337,11 @@ def run_studio(args: argparse.Namespace) -> int:
         window = MainWindow(settings, theme=theme)
         install_studio_dashboard(window)
         window.show()
+        # the self-test listens before the load starts: a load that fails at once (a missing file) is not missed
+        self_test = SelfTest(window, getattr(args, "screenshot", None)) if getattr(args, "self_test", False) else None
         window.load_model(initial_choice(args, settings))
-        if getattr(args, "self_test", False):
-            return SelfTest(window, getattr(args, "screenshot", None)).run()
+        if self_test is not None:
+            return self_test.run()
         restore_interrupts = close_on_interrupt(window)
         log.info("the window is open (Ctrl+C here closes it)")
         try:

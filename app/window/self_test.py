@@ -53,6 +53,9 @@ class SelfTest(QObject):
         self._midstream_shot = False
         self._done = False
         self._streamed = ""
+        # connected before the window starts loading: the failure of a load that fails at once is emitted from the
+        # loading thread before the event loop runs, and a connection made after the emit would never hear it
+        window.bridge.model_load_failed.connect(self._load_failed)
 
     def run(self) -> int:
         if self.folder is not None:
@@ -73,7 +76,6 @@ class SelfTest(QObject):
         second = tabs.new_chat()
         self.chats = [first, second]
         self.window.pump.events_arrived.connect(self._on_events)
-        self.window.bridge.model_load_failed.connect(lambda message: self._end(f"the model did not load: {message}"))
         # Both messages are sent while the model loads: they queue and go to the engine together.
         for controller, prompt in zip(self.chats, PROMPTS, strict=True):
             controller.set_settings(SETTINGS)
@@ -81,6 +83,9 @@ class SelfTest(QObject):
                 self._end(f"{controller.title} could not send its message")
                 return
             controller.busy_changed.connect(self._check_done)
+
+    def _load_failed(self, message: str) -> None:
+        self._end(f"the model did not load: {message}")
 
     def _on_events(self, events: list) -> None:
         self.order.extend(event.tag for event in events)  # the engine tags each request with its tab's title
