@@ -142,7 +142,9 @@ def estimate_gguf(header: GGUFHeader, options: ResolvedOptions, shape: ModelShap
 # What a studio process holds besides weights and KV, measured on this project's machines after a load (VmRSS):
 # Python with torch, transformers and the engine imported, the tokenizer (grows with the vocabulary), and a step's
 # activations and logits at the CPU's step budget (grow with the widths and the vocabulary).
-RUNTIME_BASE = 300 * 1024**2
+# (348 MiB: the middle of what fresh processes held here, where 300 left a 0.5B model's estimate 10.5 % under one of
+# them: its resident memory ran from 884 to 973 MiB between runs, the embedded model's about 1,525 MiB)
+RUNTIME_BASE = 348 * 1024**2
 RUNTIME_PER_VOCAB_TOKEN = 1_200
 STEP_ROWS = 256
 
