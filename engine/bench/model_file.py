@@ -83,11 +83,14 @@ def llama_kv_bytes_per_token(path: Path) -> int:
     return layers * kv_heads * (key + value) * 2
 
 
-def equal_kv_context(path: Path, kv_bytes: int, needed_tokens: int) -> tuple[int, int]:
+def equal_kv_context(path: Path, kv_bytes: int | None, needed_tokens: int) -> tuple[int, int]:
     """llama.cpp's n_ctx (all slots together: one unified buffer) holding about `kv_bytes` of KV, as the studio's
-    budget does, but never fewer tokens than the workloads need; and the bytes that context takes."""
+    budget does, or, for the studio's automatic budget (None), its 16,384 tokens; never fewer tokens than the
+    workloads need; and the bytes that context takes."""
+    from engine.load.kv_policy import DEFAULT_TOKENS
+
     per_token = llama_kv_bytes_per_token(path)
-    tokens = kv_bytes // per_token // LLAMA_CTX_STEP * LLAMA_CTX_STEP
+    tokens = DEFAULT_TOKENS if kv_bytes is None else kv_bytes // per_token // LLAMA_CTX_STEP * LLAMA_CTX_STEP
     needed = -(-needed_tokens // LLAMA_CTX_STEP) * LLAMA_CTX_STEP
     ctx = max(tokens, needed)
     return ctx, ctx * per_token

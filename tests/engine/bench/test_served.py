@@ -126,6 +126,7 @@ def test_llama_cpp_gets_the_studio_s_kv_bytes(tmp_path) -> None:
     ctx, kv_bytes = equal_kv_context(header, 512 * MIB, needed_tokens=1000)
     assert ctx == 14336 and 512 * MIB - 256 * per_token < kv_bytes <= 512 * MIB
     assert equal_kv_context(header, 1 * MIB, needed_tokens=5000)[0] == 5120  # never less than the runs need
+    assert equal_kv_context(header, None, needed_tokens=1000)[0] == 16384  # the studio's automatic budget's tokens
 
 
 def test_the_watch_reads_proc_and_stops_a_process_at_its_cap() -> None:
