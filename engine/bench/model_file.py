@@ -8,6 +8,7 @@ import functools
 import warnings
 from pathlib import Path
 
+from engine.load.kv_policy import DEFAULT_TOKENS
 from engine.load.model_source import resolve_model_spec
 
 LLAMA_CTX_STEP = 256  # llama.cpp pads its context to this
@@ -87,8 +88,6 @@ def equal_kv_context(path: Path, kv_bytes: int | None, needed_tokens: int) -> tu
     """llama.cpp's n_ctx (all slots together: one unified buffer) holding about `kv_bytes` of KV, as the studio's
     budget does, or, for the studio's automatic budget (None), its 16,384 tokens; never fewer tokens than the
     workloads need; and the bytes that context takes."""
-    from engine.load.kv_policy import DEFAULT_TOKENS
-
     per_token = llama_kv_bytes_per_token(path)
     tokens = DEFAULT_TOKENS if kv_bytes is None else kv_bytes // per_token // LLAMA_CTX_STEP * LLAMA_CTX_STEP
     needed = -(-needed_tokens // LLAMA_CTX_STEP) * LLAMA_CTX_STEP
