@@ -12,17 +12,14 @@ from pathlib import Path
 import torch
 
 from app.bench.plot import plot
-from app.cli.bench_served import is_served, run_served_bench
 from app.cli.options import add_engine_options, add_model_options, engine_config_from, load_options_from
 from engine.bench import report
 from engine.bench.engine_run import VIAS
 from engine.bench.gguf_mix import MIXES
 from engine.bench.memory import MemoryProbe
-from engine.bench.runner import BASELINES, BenchPlan, run_benchmark
 from engine.bench.synthetic import SHAPES, synthetic_gguf, synthetic_model
-from engine.bench.workloads import WORKLOADS
+from engine.bench.workloads import BASELINES, WORKLOADS
 from engine.errors import InvalidRequestError
-from engine.load.loader import load_model
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -127,6 +124,12 @@ def _model_arguments(args: argparse.Namespace) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    # here, not at the top: they import transformers' generation and the HTTP client, which every other
+    # command (serve above all, where they cost ~1.5 s of its start) would pay for
+    from app.cli.bench_served import is_served, run_served_bench
+    from engine.bench.runner import BenchPlan, run_benchmark
+    from engine.load.loader import load_model
+
     workloads = args.workload or WORKLOADS
     unknown = [w for w in workloads if w not in WORKLOADS]
     if unknown:

@@ -18,25 +18,11 @@ from engine.bench.http_client import llama_cpp_fields, run_through_server, serve
 from engine.bench.report import ratios
 from engine.bench.results import SystemResult
 from engine.bench.servers import llama_cpp_available, llama_cpp_server, studio_server
-from engine.bench.workloads import WORKLOADS, Workload, build
+from engine.bench.workloads import DEFAULT_BASELINES, WORKLOADS, Workload, build
 from engine.core.config import DEFAULT_KV_MEMORY, EngineConfig, step_tokens_for
 from engine.core.engine import Engine
 from engine.remote.metrics import parse_metrics
 from engine.types import SamplingParams
-
-BASELINES = ("sequential", "static", "generate-batch", "llama-cpp-server")
-# Defaults keep one `bench` run to minutes on a 2-core CPU: the one-at-a-time baseline only where it finishes in
-# reasonable time; `--baselines all` runs everything everywhere. llama.cpp's server runs where it is installed.
-DEFAULT_BASELINES = {
-    "single": ["sequential", "static", "generate-batch", "llama-cpp-server"],
-    "edit": ["sequential", "llama-cpp-server"],
-    "chat4": ["static", "llama-cpp-server"],
-    "chat16": ["sequential", "static", "generate-batch", "llama-cpp-server"],
-    "chat16-json": [],  # against chat16's own engine figures: what the grammar costs
-    "chat64": ["static", "llama-cpp-server"],
-    "shared-prefix": ["static", "llama-cpp-server"],
-    "arrivals": ["static", "generate-batch", "llama-cpp-server"],
-}
 
 Progress = Callable[[str], None]
 

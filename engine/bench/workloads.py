@@ -152,3 +152,17 @@ def build(name: str, tokenizer, scale: float = 1.0) -> Workload:
 
 
 WORKLOADS = ["single", "edit", "chat4", "chat16", "chat16-json", "chat64", "shared-prefix", "arrivals"]
+
+BASELINES = ("sequential", "static", "generate-batch", "llama-cpp-server")
+# Defaults keep one `bench` run to minutes on a 2-core CPU: the one-at-a-time baseline only where it finishes in
+# reasonable time; `--baselines all` runs everything everywhere. llama.cpp's server runs where it is installed.
+DEFAULT_BASELINES = {
+    "single": ["sequential", "static", "generate-batch", "llama-cpp-server"],
+    "edit": ["sequential", "llama-cpp-server"],
+    "chat4": ["static", "llama-cpp-server"],
+    "chat16": ["sequential", "static", "generate-batch", "llama-cpp-server"],
+    "chat16-json": [],  # against chat16's own engine figures: what the grammar costs
+    "chat64": ["static", "llama-cpp-server"],
+    "shared-prefix": ["static", "llama-cpp-server"],
+    "arrivals": ["static", "generate-batch", "llama-cpp-server"],
+}
