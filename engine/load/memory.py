@@ -142,9 +142,10 @@ def estimate_gguf(header: GGUFHeader, options: ResolvedOptions, shape: ModelShap
 # What a studio process holds besides weights and KV, measured on this project's machines after a load (VmRSS):
 # Python with torch, transformers and the engine imported, the tokenizer (grows with the vocabulary), and a step's
 # activations and logits at the CPU's step budget (grow with the widths and the vocabulary).
-# (348 MiB: the middle of what fresh processes held here, where 300 left a 0.5B model's estimate 10.5 % under one of
-# them: its resident memory ran from 884 to 973 MiB between runs, the embedded model's about 1,525 MiB)
-RUNTIME_BASE = 348 * 1024**2
+# (380 MiB: the middle of what fresh processes held on CPUs with and without AVX-512: the embedded model's engine
+# held ~1,525 MiB on an AVX-512 Xeon and ~1,675 MiB with torch and oneDNN held to AVX2, where 348 left the estimate
+# 7.7 % under it, and 12.7 % on a loaded machine; a 0.5B model's ran from 884 to 973 MiB between runs)
+RUNTIME_BASE = 380 * 1024**2
 RUNTIME_PER_VOCAB_TOKEN = 1_200
 STEP_ROWS = 256
 

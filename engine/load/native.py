@@ -22,7 +22,7 @@ from engine.paths import cache_dir
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("csrc") / "gguf_decode.cpp"
-VERSION = "gguf_decode 4"  # what the library's version() says: a stale build is rebuilt
+VERSION = "gguf_decode 5"  # what the library's version() says: a stale build is rebuilt
 DISABLE_ENV = "INFERENCE_STUDIO_NATIVE_LOADER"  # "0": the torch decoders only
 COMPILE_TIMEOUT_S = 600
 _lock = threading.Lock()
@@ -132,3 +132,8 @@ def int8_rows(raw: torch.Tensor, kind: int) -> tuple[torch.Tensor, torch.Tensor]
 
 def int4_pack(raw: torch.Tensor, kind: int, block: int, split: bool) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.ops.studio_gguf.int4_pack(raw.contiguous(), int(kind), block, split)
+
+
+def int4_unpack(packed: torch.Tensor, scales_and_zeros: torch.Tensor, block: int, split: bool, row0: int, rows: int):
+    """bfloat16 [rows, K] of rows row0.. of an int4 packing (whole packing blocks)."""
+    return torch.ops.studio_gguf.int4_unpack(packed, scales_and_zeros, block, split, row0, rows)

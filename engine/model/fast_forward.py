@@ -22,7 +22,7 @@ from torch import nn
 from engine.core.request import Request
 from engine.core.scheduler import ScheduledChunk
 from engine.load.memory import free_memory_bytes
-from engine.model import attention, compiled_step, kernels, stored, weights
+from engine.model import attention, compiled_step, kernels, quantized, stored, weights
 from engine.model import formats as formats_
 from engine.model.attention import PagedKVCache, StepContext
 from engine.model.batch import ChunkTables, pack
@@ -180,6 +180,7 @@ class FastForward:
             self.kinds.append(f"weight formats by batch: {self.choice.describe()}")
         self.kinds.extend(self.copy_notes)
         self.compiled: dict[str, compiled_step.CompiledStep] = {}
+        self._quantized_formats: dict[str, bool] = {}
         self.compiled_note = "off (not asked for)"
         if compiled:
             self.compiled, reason = compiled_step.build_steps(self, self.linears)
@@ -306,6 +307,10 @@ class FastForward:
         cos, sin = self.rotary(hidden.unsqueeze(0), positions.unsqueeze(0))
         self.last_format = self.choice.format_for(n)
         step = self.compiled.get(self.last_format) if tables is not None else None
+        if step is not None and n >= quantized.UNPACK_FROM_ROWS and self._holds_quantized(self.last_format):
+            # a prompt's rows: the Python layers multiply int4/int8 weights as unpacked bfloat16 tiles (4-6x faster at
+            # 640 rows than the kernels the compiled step calls, which cost as much per row at any batch size)
+            step = None
         self.last_compiled = False
         if step is not None and ctx.cache.storage.dtype in compiled_step.KV_DTYPES:
             try:
@@ -323,6 +328,16 @@ class FastForward:
         if leading is None:
             return self.lm_head.exact(hidden)
         return self.lm_head.leading(hidden, leading, allowed, penalized)
+
+    def _holds_quantized(self, fmt: str) -> bool:
+        """Whether this format's linears hold int8 weights, or int4 ones that can be unpacked here (quantized.py)."""
+        if fmt not in self._quantized_formats:
+            linears = self.linears.get(fmt)
+            kinds = (quantized.Int8Linear,) + ((quantized.Int4Linear,) if quantized.int4_unpacker() else ())
+            self._quantized_formats[fmt] = linears is not None and any(
+                isinstance(part, kinds) for layer in linears.layers for m in layer for part in m.modules()
+            )
+        return self._quantized_formats[fmt]
 
     def _layers(self, ctx: StepContext, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         """Every decoder layer in Python: the hidden states after the last one."""

@@ -365,7 +365,70 @@ std::tuple<Tensor, Tensor> int4_pack(const Tensor& raw, int64_t type, int64_t bl
   return {packed, sz};
 }
 
-std::string version() { return "gguf_decode 4"; }
+// Rows [row0, row0 + rows) of a weight in torch's int4 packing (int4_pack's layout above) -> bfloat16 [rows, K],
+// w = (code - 8) * scale + zero in float32, rounded once. row0 and rows are whole packing blocks (the last may be
+// shorter). Why: torch's int4 kernel costs as much per row however many rows share the weight (16 rows 8x one row,
+// 640 rows 300x); a prompt's rows multiply a tile of this bfloat16 weight through oneDNN instead.
+Tensor int4_unpack(const Tensor& packed, const Tensor& sz, int64_t block, bool split, int64_t row0, int64_t rows) {
+  TORCH_CHECK_VALUE(block == 32 || block == 64, "packing blocks are 32 or 64 rows, not ", block);
+  TORCH_CHECK_VALUE(packed.dim() == 2 && packed.scalar_type() == at::kByte && packed.is_contiguous(),
+                    "the packed weight must be a contiguous uint8 [rows, K / 2] tensor");
+  const int64_t padded = packed.size(0), columns = packed.size(1) * 2, groups = columns / 32;
+  TORCH_CHECK_VALUE(columns % 32 == 0 && padded % 16 == 0, "a packing of ", packed.sizes(), " is not whole groups");
+  TORCH_CHECK_VALUE(sz.dim() == 3 && sz.size(0) == groups && sz.size(1) == padded && sz.size(2) == 2 &&
+                        sz.scalar_type() == at::kBFloat16 && sz.is_contiguous(),
+                    "scales and zeros must be a contiguous bfloat16 [K / 32, rows, 2] tensor, not ", sz.sizes());
+  TORCH_CHECK_VALUE(row0 >= 0 && rows > 0 && row0 + rows <= padded && row0 % block == 0 &&
+                        (rows % block == 0 || row0 + rows == padded),
+                    "rows ", row0, "..", row0 + rows, " are not whole packing blocks of ", padded);
+  Tensor out = at::empty({rows, columns}, at::kBFloat16);
+  const uint8_t* pi = packed.data_ptr<uint8_t>();
+  const c10::BFloat16* zi = sz.data_ptr<c10::BFloat16>();
+  c10::BFloat16* o = out.data_ptr<c10::BFloat16>();
+  const int64_t full = padded / block * block;
+  const int64_t units = (rows + block - 1) / block;
+  at::parallel_for(0, units, 1, [&](int64_t begin, int64_t end) {
+    std::vector<uint8_t> codes(block * columns);  // the unit's codes, row-major: the nibbles untangled first
+    for (int64_t unit = begin; unit < end; ++unit) {
+      const int64_t first = row0 + unit * block, count = std::min(block, padded - first);
+      const int64_t half = count / 2;
+      const bool pairs = !(split && count == block && first < full);
+      const uint8_t* src = pi + first * (columns / 2);
+      for (int64_t k = 0; k < columns; k += 8) {
+        for (int64_t j = 0; j < half; j += 8) {
+          uint64_t tile[8];
+          for (int64_t c = 0; c < 8; ++c) std::memcpy(&tile[c], src + (k + c) * half + j, 8);
+          transpose8x8(tile);  // tile[i]: the bytes of pair j + i at columns k..k+7
+          for (int64_t i = 0; i < 8; ++i) {
+            const int64_t low = pairs ? 2 * (j + i) : j + i, high = pairs ? 2 * (j + i) + 1 : j + i + half;
+            const uint64_t lo = tile[i] & 0x0F0F0F0F0F0F0F0Full, hi = (tile[i] >> 4) & 0x0F0F0F0F0F0F0F0Full;
+            std::memcpy(codes.data() + low * columns + k, &lo, 8);
+            std::memcpy(codes.data() + high * columns + k, &hi, 8);
+          }
+        }
+      }
+      for (int64_t i = 0; i < count; ++i) {  // each row: its groups of 32, contiguous (vectorized)
+        const int64_t r = first + i;
+        const uint8_t* c = codes.data() + i * columns;
+        c10::BFloat16* dst = o + (r - row0) * columns;
+        for (int64_t g = 0; g < groups; ++g) {
+          const float s = static_cast<float>(zi[(g * padded + r) * 2]);
+          const float z = static_cast<float>(zi[(g * padded + r) * 2 + 1]);
+          uint16_t* d = reinterpret_cast<uint16_t*>(dst + 32 * g);
+          for (int b = 0; b < 32; ++b) {  // round to nearest even, as c10::BFloat16 does for finite values
+            const float v = static_cast<float>(static_cast<int>(c[32 * g + b]) - 8) * s + z;
+            uint32_t bits;
+            std::memcpy(&bits, &v, 4);
+            d[b] = static_cast<uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
+          }
+        }
+      }
+    }
+  });
+  return out;
+}
+
+std::string version() { return "gguf_decode 5"; }
 
 }  // namespace
 
@@ -374,4 +437,5 @@ TORCH_LIBRARY(studio_gguf, m) {
   m.def("dequantize", &dequantize);
   m.def("int8_rows", &int8_rows);
   m.def("int4_pack", &int4_pack);
+  m.def("int4_unpack", &int4_unpack);
 }

@@ -171,6 +171,43 @@ def test_models_held_as_stored_give_the_python_layers_logits_and_cache(folders, 
 
 
 @needs_library
+@pytest.mark.parametrize("plan", ["int4", "int8", "Q4_K_M-like mix"])
+def test_a_prompts_many_rows_on_quantized_weights_run_unpacked_tiles_in_python(folders, monkeypatch, plan) -> None:
+    """torch's int4 and int8 kernels cost as much per row at any batch size: a step of many rows (a prompt) runs the
+    Python layers, which multiply unpacked bfloat16 tiles; decode steps stay in the compiled step. Both give the
+    logits and the cache the compiled step gives with those kernels throughout."""
+    from engine.model import quantized
+    from tests.helpers import hold_as_stored
+
+    if plan != "int8" and quantized.int4_unpacker() is None:
+        pytest.skip("the loader's C++ decoders or this torch's int4 packing layout are unknown here")
+    model = hold_as_stored(_model(folders["llama"]), STORED_PLANS[plan], embed="int8", head="int8")
+    fast = fast_forward.FastForward(model)
+    assert fast.stored_format in fast.compiled, fast.compiled_note
+    rows = quantized.UNPACK_FROM_ROWS + 12
+    ids = torch.randint(0, model.config.vocab_size, (rows + 1,), generator=torch.Generator().manual_seed(5)).tolist()
+    runs, caches, compiled = [], [], []
+    for threshold in (quantized.UNPACK_FROM_ROWS, 10**9):  # tiles for the prompt; then the int4 kernel throughout
+        monkeypatch.setattr(quantized, "UNPACK_FROM_ROWS", threshold)
+        request = Request("r", ids, SamplingParams())
+        request.page_table = list(range(rows // PAGE + 1))
+        cache = _cache(fast, torch.bfloat16)
+        logits = []
+        with torch.inference_mode():
+            for count, start in ((rows, 0), (1, rows)):  # the prompt, then one decode row
+                batch = pack([ScheduledChunk(request, count, start, samples=True)], cache, tables=True)
+                logits.append(fast(batch.context, batch.input_ids, batch.positions, batch.keep, tables=batch.tables))
+                compiled.append(fast.last_compiled)
+        runs.append(logits)
+        caches.append(cache.storage.float())
+    assert compiled == [False, True, True, True]
+    for tiles, kernel in zip(*runs, strict=True):
+        assert float((tiles - kernel).abs().max() / kernel.abs().max()) < 2e-2
+        assert torch.equal(tiles.argmax(-1), kernel.argmax(-1))
+    assert float((caches[0] - caches[1]).abs().max()) < 2e-2 * float(caches[1].abs().max())
+
+
+@needs_library
 @pytest.mark.parametrize("quantization", ["int8", "int4"])
 def test_an_engine_on_a_model_held_as_stored_runs_it_over_a_bfloat16_cache(tiny_model_dir, quantization) -> None:
     """End to end: the loader holds the weights as stored with a bfloat16 KV cache; the engine's steps run the

@@ -128,3 +128,38 @@ def test_int4_packed_chunk_by_chunk_equals_packed_whole() -> None:
     assert torch.equal(chunked.packed, whole.packed) and torch.equal(chunked.scales_and_zeros, whole.scales_and_zeros)
     with pytest.raises(ValueError, match="not a multiple of 64"):
         Int4Linear.from_row_chunks(n, k, [(codes[:40], scale[:40], zero[:40]), (codes[40:], scale[40:], zero[40:])])
+
+
+@pytest.mark.parametrize("n", [176, 1040, 1056])  # a short last packing block; tiles of 1024 rows and the rest
+def test_many_rows_multiply_unpacked_bfloat16_tiles_of_the_same_weights(n: int, monkeypatch) -> None:
+    from engine.load import native
+    from engine.model import quantized
+
+    if quantized.int4_unpacker() is None:
+        pytest.skip(f"no unpacker here: {native.unavailable_reason() or 'this packing layout is unknown'}")
+    torch.manual_seed(n)
+    module = Int4Linear(torch.randn(n, 96) * 0.05, torch.randn(n))
+    unpack = quantized.int4_unpacker()
+    padded = module.packed.shape[0]
+    assert torch.equal(unpack(module.packed, module.scales_and_zeros, 0, padded)[:n], module.dequantize().bfloat16())
+    x = torch.randn(quantized.UNPACK_FROM_ROWS + 3, 96)
+    calls: list[int] = []
+    monkeypatch.setattr(quantized, "int4_unpacker", lambda: lambda *a: (calls.append(a[2]), unpack(*a))[1])
+    tiled = module(x)
+    assert calls == list(range(0, padded, quantized.UNPACK_TILE_ROWS))  # every tile once
+    expected = (x.bfloat16() @ module.dequantize().bfloat16().t()).float() + module.bias
+    assert tiled.shape == (x.shape[0], n) and torch.allclose(tiled, expected, atol=2e-2, rtol=1e-2)
+    kernel = torch.cat([module(x[i : i + 64]) for i in range(0, x.shape[0], 64)])  # the int4 kernel's rows
+    assert torch.allclose(tiled, kernel, atol=2e-2, rtol=1e-2)
+
+
+def test_many_rows_multiply_int8_weights_as_bfloat16_tiles_scaled_after() -> None:
+    from engine.model import quantized
+
+    torch.manual_seed(3)
+    module = Int8Linear(torch.randn(1100, 80) * 0.05, torch.randn(1100))  # a tile of 1024 rows and the rest
+    x = torch.randn(quantized.UNPACK_FROM_ROWS + 5, 80)
+    tiled = module(x)
+    kernel = torch.cat([module(x[i : i + 64]) for i in range(0, x.shape[0], 64)])  # the int8 kernel's rows
+    exact = x @ module.dequantize().t() + module.bias
+    assert torch.allclose(tiled, kernel, atol=2e-2, rtol=1e-2) and torch.allclose(tiled, exact, atol=3e-2, rtol=2e-2)
