@@ -43,20 +43,16 @@ def sources(*packages: str) -> list[Path]:
     return sorted(p for package in packages for p in (ROOT / package).rglob("*.py"))
 
 
-def _type_checking_block(node: ast.AST) -> bool:
-    return isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
-
-
 def imports_of(path: Path, top_level_only: bool = False) -> list[str]:
-    """Absolute imports; with top_level_only, those a module runs when it is imported (not in functions or under
-    TYPE_CHECKING)."""
+    """Absolute imports; with top_level_only, those a module names at its top level, its TYPE_CHECKING imports
+    included (a circle held only by type hints is still two modules that must be read together), not those in
+    functions."""
     tree = ast.parse(path.read_text(), str(path))
     names: list[str] = []
 
     def visit(node: ast.AST) -> Iterator[ast.AST]:
         for child in ast.iter_child_nodes(node):
-            if top_level_only and (isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
-                                   or _type_checking_block(child)):  # fmt: skip
+            if top_level_only and isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
                 continue
             yield child
             yield from visit(child)

@@ -192,10 +192,8 @@ def test_a_taken_port_is_reported_and_the_toggle_goes_off(make_window, qtbot) ->
 
 
 def test_the_dashboard_follows_a_remote_chat_and_plots_what_the_server_reports(window_with_remote, qtbot) -> None:
-    from app.window.dashboard_setup import install_studio_dashboard
-
     window = window_with_remote
-    dashboard = install_studio_dashboard(window)
+    dashboard = window.add_dashboard()
     window.actions.dashboard.trigger()
     client = window.remote.current_client()
     panel = dashboard.remote

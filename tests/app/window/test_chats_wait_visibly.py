@@ -7,7 +7,6 @@ import threading
 
 import pytest
 
-from app.window.dashboard_setup import install_studio_dashboard
 from engine.experiments import catalog
 from engine.experiments.plumbing import ExperimentCancelled
 from tests.app.conftest import settings, wait_idle
@@ -34,7 +33,7 @@ def test_a_chat_sent_during_an_experiment_waits_visibly_and_stop_lets_it_go_on(
     qtbot, make_window, endless_experiment
 ) -> None:
     window = make_window()
-    install_studio_dashboard(window)
+    window.add_dashboard()
     chat = window.tabs.current
     chat.set_settings(settings(max_tokens=8))
     assert window.experiments.run("capacity")
@@ -58,7 +57,7 @@ def test_a_chat_sent_during_an_experiment_waits_visibly_and_stop_lets_it_go_on(
 
 def test_a_new_tab_opened_during_an_experiment_waits_too(qtbot, make_window, endless_experiment) -> None:
     window = make_window()
-    install_studio_dashboard(window)
+    window.add_dashboard()
     assert window.experiments.run("capacity")
     assert endless_experiment.wait(30)
     chat = window.tabs.new_chat(settings(max_tokens=4))
