@@ -17,7 +17,7 @@ from app.compare.targets import CompareTarget, compare_targets
 from app.window.menus import MenuId, Menus
 from engine.types import SamplingParams, TokenEvent
 from widgets.compare.compare_view import CompareView
-from widgets.tokens.data import TokenEntry
+from widgets.tokens.data import TokenEntry, TokenKind
 
 if TYPE_CHECKING:
     from app.chat.tabs import ChatTabs
@@ -134,7 +134,7 @@ class CompareController(QObject):
         if self.finals[column] is not None:
             return
         if event.text or event.token_ids:
-            kind = "token" if event.token_ids else "chunk"
+            kind = TokenKind.TOKEN if event.token_ids else TokenKind.CHUNK
             entry = TokenEntry(event.text, token_ids=tuple(event.token_ids), kind=kind)
             self.replies[column].append(entry)
             self.view.columns[column].tokens.append_entries([entry])

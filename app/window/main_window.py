@@ -30,6 +30,7 @@ from app.chat.reply_router import ReplyRouter
 from app.chat.store import ChatStore
 from app.chat.store_recovery import OpenedStore, open_store
 from app.chat.tabs import ChatTabs
+from app.cli.options import load_options_from
 from app.compare.controller import CompareController, CompareHost, install_compare
 from app.hosting.backends import BackendRegistry
 from app.hosting.engine_bridge import EngineBridge, Loader
@@ -45,10 +46,10 @@ from app.window.qt_messages import route_qt_messages
 from app.window.self_test import SelfTest, isolate_user_data
 from app.window.settings import StudioSettings
 from app.window.theme import ThemeManager
+from domain.model_choice import ModelChoice
 from engine.load.loader import load_model
 from widgets.dialogs.history import HistoryDialog
 from widgets.dialogs.settings import SettingsDialog, SettingsValues
-from widgets.model.choice import ModelChoice
 from widgets.notice_bar import ERROR, INFO, NoticeBar
 from widgets.status_bar import StudioStatusBar
 
@@ -83,17 +84,7 @@ class MainWindow(QMainWindow):
         self.tabs.set_send_key(settings.send_key)
         self.tabs.set_settings_visible(settings.settings_panel_visible)
         self.tabs.set_sidebar_width(settings.sidebar_width)
-        self.notice = NoticeBar()
-        self.store.on_write_failed = lambda text: self.notice.show_message(text, ERROR)
-        if opened.notice:
-            self.notice.show_message(opened.notice, ERROR if opened.warning else INFO)
-        central = QWidget()
-        column = QVBoxLayout(central)
-        column.setContentsMargins(0, 0, 0, 0)
-        column.setSpacing(0)
-        column.addWidget(self.notice)
-        column.addWidget(self.tabs.widget, 1)
-        self.setCentralWidget(central)
+        self.notice = self._build_central(opened)
         self.status = StudioStatusBar()
         self.setStatusBar(self.status)
         self.dashboard: QWidget | None = None
@@ -119,6 +110,21 @@ class MainWindow(QMainWindow):
         )
         self.toolbar_fit = fit_toolbar(self.toolbar, self.actions, self.remote.picker)
         self._restore_geometry()
+
+    def _build_central(self, opened: OpenedStore) -> NoticeBar:
+        """The notice bar over the chat tabs; it says what happened to a damaged or read-only store."""
+        notice = NoticeBar()
+        self.store.on_write_failed = lambda text: notice.show_message(text, ERROR)
+        if opened.notice:
+            notice.show_message(opened.notice, ERROR if opened.warning else INFO)
+        central = QWidget()
+        column = QVBoxLayout(central)
+        column.setContentsMargins(0, 0, 0, 0)
+        column.setSpacing(0)
+        column.addWidget(notice)
+        column.addWidget(self.tabs.widget, 1)
+        self.setCentralWidget(central)
+        return notice
 
     def _remote_host(self) -> RemoteHost:
         def confirm(title: str, question: str) -> bool:  # whatever `self.confirm` is when asked (tests replace it)
@@ -336,13 +342,7 @@ class MainWindow(QMainWindow):
 def initial_choice(args: argparse.Namespace, settings: StudioSettings) -> ModelChoice:
     """--model and its options when given, else the default model from the settings."""
     if getattr(args, "model", None):
-        return ModelChoice(
-            spec=args.model,
-            dtype=args.dtype,
-            quantization=args.quant,
-            device=args.device,
-            kv_memory_mib=settings.kv_memory_mib,
-        )
+        return ModelChoice.of(args.model, load_options_from(args), settings.kv_memory_mib)
     return settings.default_model
 
 

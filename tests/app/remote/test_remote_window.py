@@ -48,7 +48,7 @@ def test_a_chat_streams_from_the_remote_beside_a_local_one(window_with_remote, q
     for chat in (remote_chat, local_chat):
         reply = chat.messages[-1]
         assert reply.error is None and reply.finish_reason == "length" and reply.content
-        assert reply.stats["output_tokens"] == 16 and reply.stats["ttft_s"] > 0
+        assert reply.stats.output_tokens == 16 and reply.stats.ttft_s > 0
     # the chat remembers its backend
     assert window.store.load_chat(remote_chat.chat_id).backend == REMOTE
 
