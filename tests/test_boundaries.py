@@ -1,6 +1,7 @@
 """Package boundaries, checked on the source: the engine never imports Qt or the app; its core and model layers
 never import the serving, remote, experiment or benchmark layers; widgets and the remote client see only
-torch-free engine modules; no import circles; no private names of other objects."""
+torch-free engine modules; the chat and model domain needs neither Qt nor torch; no import circles (type-only
+imports counted); no private names of other objects."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 QT = ("PySide6", "PyQt5", "PyQt6", "shiboken6", "pyqtgraph")
-FIRST_PARTY = ("app", "engine", "widgets", "resources")
+FIRST_PARTY = ("app", "domain", "engine", "widgets", "resources")
 # what widgets may know of the engine: plain data, no tensors
 WIDGETS_MAY_IMPORT_FROM_ENGINE = {
     "engine.types",
@@ -22,6 +23,7 @@ WIDGETS_MAY_IMPORT_FROM_ENGINE = {
     "engine.core.config",
     "engine.core.metrics",
     "engine.load.estimate",
+    "engine.load.load_options",
     "engine.remote.metrics",
 }
 # modules a process without torch can import: the remote client, the widgets' engine types
@@ -43,20 +45,16 @@ def sources(*packages: str) -> list[Path]:
     return sorted(p for package in packages for p in (ROOT / package).rglob("*.py"))
 
 
-def _type_checking_block(node: ast.AST) -> bool:
-    return isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
-
-
 def imports_of(path: Path, top_level_only: bool = False) -> list[str]:
-    """Absolute imports; with top_level_only, those a module runs when it is imported (not in functions or under
-    TYPE_CHECKING)."""
+    """Absolute imports; with top_level_only, those a module names at its top level, its TYPE_CHECKING imports
+    included (a circle held only by type hints is still two modules that must be read together), not those in
+    functions."""
     tree = ast.parse(path.read_text(), str(path))
     names: list[str] = []
 
     def visit(node: ast.AST) -> Iterator[ast.AST]:
         for child in ast.iter_child_nodes(node):
-            if top_level_only and (isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
-                                   or _type_checking_block(child)):  # fmt: skip
+            if top_level_only and isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
                 continue
             yield child
             yield from visit(child)
@@ -97,6 +95,15 @@ def test_widgets_use_only_engine_data_types(path: Path) -> None:
         assert name.split(".")[0] != "app", f"{path.name} imports {name}: widgets must not depend on the app"
 
 
+@pytest.mark.parametrize("path", sources("domain"), ids=lambda p: str(p.relative_to(ROOT)))
+def test_the_domain_imports_no_qt_no_app_no_widgets_and_only_torch_free_engine_modules(path: Path) -> None:
+    for name in imports_of(path):
+        top = name.split(".")[0]
+        assert top not in (*QT, "app", "widgets"), f"{module_name(path)} imports {name}: the domain is the floor below"
+        if top == "engine":
+            assert name in TORCH_FREE, f"{module_name(path)} imports {name}, which is not torch-free"
+
+
 @pytest.mark.parametrize("path", sources("engine/remote"), ids=lambda p: str(p.relative_to(ROOT)))
 def test_the_remote_client_imports_only_torch_free_engine_modules(path: Path) -> None:
     for name in imports_of(path):
@@ -105,10 +112,11 @@ def test_the_remote_client_imports_only_torch_free_engine_modules(path: Path) ->
 
 
 def test_torch_free_modules_load_without_torch() -> None:
-    """A remote client, or a widget showing engine data, must not pay for (or need) torch."""
+    """A remote client, or a widget showing engine data or a chat, must not pay for (or need) torch."""
+    domain = [module_name(p) for p in sources("domain")]
     code = (
         "import importlib, sys\n"
-        f"for name in {TORCH_FREE!r}: importlib.import_module(name)\n"
+        f"for name in {TORCH_FREE + domain!r}: importlib.import_module(name)\n"
         "heavy = [m for m in ('torch', 'transformers', 'PySide6') if m in sys.modules]\n"
         "print(','.join(heavy))\n"
     )
@@ -185,7 +193,7 @@ def _private_names_defined() -> set[str]:
     return {n for n in names if not (n.startswith("__") and n.endswith("__"))}
 
 
-@pytest.mark.parametrize("package", ["engine", "app", "widgets"])
+@pytest.mark.parametrize("package", ["engine", "app", "domain", "widgets"])
 def test_no_private_names_of_other_objects(package: str) -> None:
     """obj._name where obj is not self or cls: a class reaching into another's internals."""
     private = _private_names_defined()

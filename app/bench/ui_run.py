@@ -14,10 +14,10 @@ from PySide6.QtWidgets import QApplication
 from app.bench.studio import StudioBench
 from app.bench.ui_report import STALL_TICK_MS, Phase, summarize
 from app.bench.window import BenchWindow
-from app.cli.options import MIB, engine_options_from
+from app.cli.options import MIB, engine_options_from, load_options_from
+from domain.model_choice import ModelChoice
 from engine.core.engine_thread import EngineThread
 from engine.launch import start_engine
-from widgets.model.choice import ModelChoice
 
 WARM_UP_LIMIT_S = 120.0
 SETTLE_S = 1.0  # after showing or hiding the dashboard (a full repaint, saved-up credit), before a phase counts
@@ -83,13 +83,8 @@ def run_bench(args: argparse.Namespace) -> int:
 
 
 def _studio_bench(args: argparse.Namespace):
-    choice = ModelChoice(
-        spec=args.model or "default",
-        dtype=args.dtype,
-        quantization=args.quant,
-        device=args.device,
-        kv_memory_mib=0 if args.kv_memory is None else int(args.kv_memory * 1024**2) // MIB,  # 0: automatic
-    )
+    kv_memory_mib = 0 if args.kv_memory is None else int(args.kv_memory * 1024**2) // MIB  # 0: automatic
+    choice = ModelChoice.of(args.model or "default", load_options_from(args), kv_memory_mib)
     return StudioBench(choice, chats=args.chats)
 
 

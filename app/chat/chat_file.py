@@ -9,9 +9,10 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 
+from domain.chat import ASSISTANT, USER, ChatMessage, ChatSettings
+from domain.reply_stats import KEPT
 from engine.errors import StudioError
 from engine.types import REPETITION_PENALTY_MAX, REPETITION_PENALTY_MIN, SEED_MAX, SEED_MIN
-from widgets.chat.data import ASSISTANT, STAT_FIELDS, USER, ChatMessage, ChatSettings
 
 FORMAT = "inference-studio-chat"
 VERSION = 1
@@ -119,7 +120,7 @@ def _in(low: float, high: float, *, low_open: bool = False) -> Callable[[object]
 def _stats(value: object) -> bool:
     """A reply's statistics: the line under it formats each as a number."""
     return value is None or (isinstance(value, dict) and all(value.get(k) is None or _number(value.get(k))
-                                                             for k in STAT_FIELDS))  # fmt: skip
+                                                             for k in KEPT))  # fmt: skip
 
 
 #: each setting the file may hold: (check, what it must be); unknown settings (a newer studio's) are ignored

@@ -6,7 +6,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from widgets.chat.data import OVERFLOW_POLICIES, OVERFLOW_STOP, OVERFLOW_TRUNCATE_MIDDLE, USER, ChatMessage
+from domain.chat import USER, ChatMessage, OverflowPolicy
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ def _safe_count(limits: ContextLimits, messages: list[dict]) -> int:
 
 
 def fit_conversation(
-    system_prompt: str, messages: Sequence[ChatMessage], limits: ContextLimits, policy: str, max_tokens: int
+    system_prompt: str, messages: Sequence[ChatMessage], limits: ContextLimits, policy: OverflowPolicy, max_tokens: int
 ) -> Fit:
     """The messages to send for the chat's next reply. `stop` sends everything while the prompt fits; the other
     policies drop whole turns (never the system prompt or the newest message) until a reply has room too."""
@@ -96,11 +96,11 @@ def fit_conversation(
     if limits.length is None:
         full = _as_dicts(system_prompt, messages, everything)
         return Fit(full, [], _safe_count(limits, full), system_tokens)
-    if policy not in OVERFLOW_POLICIES or policy == OVERFLOW_STOP:
+    if policy not in tuple(OverflowPolicy) or policy == OverflowPolicy.STOP:
         droppable: list[list[int]] = []
         room = 1  # the prompt must leave the reply at least one token; the reply then stops at the context's end
     else:
-        protected = 1 if policy == OVERFLOW_TRUNCATE_MIDDLE else 0  # the first exchange stays when truncating
+        protected = 1 if policy == OverflowPolicy.TRUNCATE_MIDDLE else 0  # the first exchange stays when truncating
         droppable = turns[protected:-1]
         room = max(1, min(max_tokens, limits.length // REPLY_SHARE))
 
@@ -133,14 +133,14 @@ def fit_conversation(
     return _with_reason(best, policy, limits.length)
 
 
-def _with_reason(fit: Fit, policy: str, length: int) -> Fit:
+def _with_reason(fit: Fit, policy: OverflowPolicy, length: int) -> Fit:
     if fit.dropped:
-        what = "truncated the middle" if policy == OVERFLOW_TRUNCATE_MIDDLE else "rolling window"
+        what = "truncated the middle" if policy == OverflowPolicy.TRUNCATE_MIDDLE else "rolling window"
         fit.reason = f"{what} to fit the model's context of {length:,} tokens"
     return fit
 
 
-def overflow_message(fit: Fit, limits: ContextLimits, policy: str) -> str:
+def overflow_message(fit: Fit, limits: ContextLimits, policy: OverflowPolicy) -> str:
     """Why nothing was sent, and what the user can do."""
     used = f"{fit.prompt_tokens:,}" if fit.prompt_tokens is not None else "more"
     if not fit.newest_fits:  # no policy helps: the message itself is too long
@@ -149,7 +149,7 @@ def overflow_message(fit: Fit, limits: ContextLimits, policy: str) -> str:
             f"context of {limits.length:,} tokens (the conversation is {used} tokens); shorten it (or the system "
             "prompt), or lower Max tokens."
         )
-    if policy == OVERFLOW_STOP:
+    if policy == OverflowPolicy.STOP:
         return (
             f"Not sent: this conversation ({used} tokens) no longer fits the model's context of {limits.length:,} "
             "tokens. Choose “truncate the middle” or “rolling window” under When full in the chat settings, "

@@ -7,6 +7,7 @@ import time
 from dataclasses import replace
 
 from app.chat.context_fit import CHARS_PER_TOKEN, ContextLimits, Fit
+from domain.reply_stats import ReplyStats
 from engine.core.metrics import PageMap
 from engine.types import TokenEvent
 from widgets.chat.context import ContextUsage
@@ -64,10 +65,10 @@ class ChatContext:
         self._reply_chars += sum(len(e.text) for e in events)
         self._show(replace(self.usage, reply_tokens=self._reply_chars // CHARS_PER_TOKEN), streaming=True)
 
-    def finished(self, stats: dict | None) -> None:
+    def finished(self, stats: ReplyStats | None) -> None:
         """The backend's own count of the request, where it reports one, replaces the estimate."""
-        stats = stats or {}
-        prompt, output = stats.get("prompt_tokens"), stats.get("output_tokens")
+        stats = stats or ReplyStats()
+        prompt, output = stats.prompt_tokens, stats.output_tokens
         usage = replace(self.usage, pages_held=0)
         if prompt:
             usage = replace(usage, history_tokens=max(0, prompt - (usage.system_tokens or 0)))

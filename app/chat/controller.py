@@ -15,18 +15,10 @@ from app.chat.context_tracker import ChatContext
 from app.chat.reply_router import ReplyRouter
 from app.chat.store import ChatStore, StoredChat
 from app.hosting.backends import LOCAL, BackendRegistry, ReplyHandle
+from domain.chat import ASSISTANT, INTERRUPTED, USER, ChatMessage, ChatSettings, OverflowPolicy
+from domain.reply_stats import ReplyStats
 from engine.errors import StudioError
-from engine.types import FinishReason, TokenEvent
-from widgets.chat.data import (
-    ASSISTANT,
-    INTERRUPTED,
-    OVERFLOW_STOP,
-    OVERFLOW_TRUNCATE_MIDDLE,
-    USER,
-    ChatMessage,
-    ChatSettings,
-    stats_dict,
-)
+from engine.types import FinishReason, RequestStats, TokenEvent
 from widgets.chat.panel import ChatPanel
 from widgets.notice_bar import ERROR, INFO
 from widgets.tokens.data import entries_from_logprobs
@@ -295,16 +287,16 @@ class ChatController(QObject):
         self._saved_at = time.monotonic()
         self._store.put_message(self.chat_id, index, dataclasses.replace(self.messages[index], error=INTERRUPTED))
 
-    def _finish(self, reason: FinishReason, stats, error: str | None) -> None:
+    def _finish(self, reason: FinishReason, stats: RequestStats | None, error: str | None) -> None:
         index = self._reply_index
         if index is None:
             return
         message = self.messages[index]
         message.finish_reason = reason
-        message.stats = stats_dict(stats) if stats is not None and not isinstance(stats, dict) else stats
+        message.stats = ReplyStats.of(stats) if stats is not None else None
         message.error = error
-        if self._ran_into_the_context_end(message):
-            message.stats = {**(message.stats or {}), "context_full": True}  # its stats line says so, not "limit"
+        if self._ran_into_the_context_end(message):  # its stats line says so, not "limit"
+            message.stats = replace(message.stats or ReplyStats(), context_full=True)
         if self._reply is not None:
             self._router.untrack(self._reply.request_id)
         self._reply = None
@@ -329,31 +321,30 @@ class ChatController(QObject):
             self.settings.system_prompt, self.messages, limits, self.settings.overflow, self.settings.max_tokens
         )
         last = self.messages[-1] if self.messages else None
-        reply = (last.stats or {}).get("output_tokens") if last is not None and last.role == ASSISTANT else None
+        reply = last.stats.output_tokens if last is not None and last.role == ASSISTANT and last.stats else None
         self.context.measured(fit, limits, reply or 0)
         self.panel.transcript.mark_dropped(fit.dropped, fit.reason)
 
     def update_kv_pages(self, page_map) -> None:
         self.context.pages(page_map, self.request_id)
 
-    def _overflow_action(self, policy: str):
-        if policy != OVERFLOW_STOP:
+    def _overflow_action(self, policy: OverflowPolicy):
+        if policy != OverflowPolicy.STOP:
             return None
 
         def truncate_and_retry() -> None:
-            self.set_settings(replace(self.settings, overflow=OVERFLOW_TRUNCATE_MIDDLE))
+            self.set_settings(replace(self.settings, overflow=OverflowPolicy.TRUNCATE_MIDDLE))
             self.regenerate()
 
         return ("Truncate the middle and retry", truncate_and_retry)
 
     def _ran_into_the_context_end(self, message: ChatMessage) -> bool:
-        stats = message.stats or {}
+        used = message.stats.tokens_used if message.stats is not None else 0
         length = self.context.usage.context_tokens
-        used = (stats.get("prompt_tokens") or 0) + (stats.get("output_tokens") or 0)
         return message.finish_reason is FinishReason.LENGTH and bool(length) and used >= length - 1
 
     def _say_if_the_context_ended(self, message: ChatMessage) -> None:
-        if (message.stats or {}).get("context_full"):
+        if message.stats is not None and message.stats.context_full:
             length = self.context.usage.context_tokens
             self.panel.show_info(
                 f"The reply stopped at the end of the model's context ({length:,} tokens). To go on, choose "

@@ -12,8 +12,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from domain.chat import ASSISTANT, USER, ChatMessage, ChatSettings, ChatSummary
+from domain.reply_stats import ReplyStats
 from engine.paths import APP_NAME, HOME_ENV
-from widgets.chat.data import ASSISTANT, USER, ChatMessage, ChatSettings, ChatSummary
 
 log = logging.getLogger(__name__)
 
@@ -250,7 +251,7 @@ class ChatStore:
                 position,
                 message.role,
                 message.content,
-                json.dumps(message.stats) if message.stats else None,
+                _stats_json(message),
                 message.finish_reason,
                 message.error,
                 message.created,
@@ -299,8 +300,8 @@ class ChatStore:
                 self._db.execute(
                     "INSERT OR IGNORE INTO messages (chat_id, position, role, content, stats, finish_reason, error, "
                     "created) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    (chat_id, position, message.role, message.content, json.dumps(message.stats) if message.stats
-                     else None, message.finish_reason, message.error, message.created),
+                    (chat_id, position, message.role, message.content, _stats_json(message), message.finish_reason,
+                     message.error, message.created),
                 )  # fmt: skip
                 count += 1
         return len(chat_ids), count
@@ -330,11 +331,15 @@ class ChatStore:
         return [row[0] for row in rows]
 
 
+def _stats_json(message: ChatMessage) -> str | None:
+    return json.dumps(message.stats.to_dict()) if message.stats is not None else None
+
+
 def _message(role, content, stats, finish, error, created) -> ChatMessage:
     """A stored message row, with what does not parse read as nothing."""
     when = created if isinstance(created, (int, float)) else time.time()
     error = error if isinstance(error, str) else None
-    return ChatMessage(str(role), str(content), _json_dict(stats), finish, error, when)
+    return ChatMessage(str(role), str(content), ReplyStats.from_dict(_json_dict(stats)), finish, error, when)
 
 
 def _json_dict(text: object) -> dict | None:

@@ -19,6 +19,7 @@ from engine.bench.gguf_mix import MIXES
 from engine.bench.memory import MemoryProbe
 from engine.bench.synthetic import SHAPES, synthetic_gguf, synthetic_model
 from engine.bench.workloads import BASELINES, WORKLOADS
+from engine.core.config import EngineConfig
 from engine.errors import InvalidRequestError
 
 
@@ -120,16 +121,15 @@ def _parse_baselines(text: str | None) -> list[str] | None:
 def _model_arguments(args: argparse.Namespace) -> list[str]:
     """The model options, for the `serve` process the server path starts (engine options come from the config)."""
     model = ["--model", args.model] if args.model else []
-    return [*model, "--dtype", args.dtype, "--quant", args.quant, "--device", args.device]
+    return [*model, "--dtype", args.dtype, "--quant", args.quantization, "--device", args.device]
 
 
-def run(args: argparse.Namespace) -> int:
-    # here, not at the top: they import transformers' generation and the HTTP client, which every other
-    # command (serve above all, where they cost ~1.5 s of its start) would pay for
-    from app.cli.bench_served import is_served, run_served_bench
-    from engine.bench.runner import BenchPlan, run_benchmark
-    from engine.load.loader import load_model
+def _progress(message: str) -> None:
+    print(f"[bench] {message}", file=sys.stderr, flush=True)
 
+
+def _checked_choices(args: argparse.Namespace) -> tuple[list[str], list[str] | None, EngineConfig, tuple[str, ...]]:
+    """The workloads, baselines, engine settings and paths asked for, each checked: one clear line if not."""
     workloads = args.workload or WORKLOADS
     unknown = [w for w in workloads if w not in WORKLOADS]
     if unknown:
@@ -143,25 +143,36 @@ def run(args: argparse.Namespace) -> int:
     unknown = [v for v in vias if v not in PATHS]
     if unknown or not vias:
         raise InvalidRequestError(f"unknown --via {', '.join(unknown) or '(empty)'}; choose from {', '.join(PATHS)}")
+    return workloads, chosen, config, vias
+
+
+def _make_synthetic(args: argparse.Namespace) -> str | None:
+    """With --synthetic, build the model (args.model points at it) and return its GGUF twin for llama.cpp."""
+    if not args.synthetic:
+        return None
+    if args.model:
+        raise InvalidRequestError("give --model or --synthetic, not both")
+    if args.synthetic_format == "folder":
+        synthetic = synthetic_model(args.synthetic, progress=_progress)
+        args.model = str(synthetic.folder)
+        return str(synthetic.gguf)
+    args.model = str(synthetic_gguf(args.synthetic, args.synthetic_format, progress=_progress))
+    return args.model
+
+
+def run(args: argparse.Namespace) -> int:
+    # here, not at the top: they import transformers' generation and the HTTP client, which every other
+    # command (serve above all, where they cost ~1.5 s of its start) would pay for
+    from app.cli.bench_served import is_served, run_served_bench
+
+    workloads, chosen, config, vias = _checked_choices(args)
     if args.threads:
         torch.set_num_threads(args.threads)
-
-    def progress(message: str) -> None:
-        print(f"[bench] {message}", file=sys.stderr, flush=True)
-
-    gguf = None
-    if args.synthetic:
-        if args.model:
-            raise InvalidRequestError("give --model or --synthetic, not both")
-        if args.synthetic_format == "folder":
-            synthetic = synthetic_model(args.synthetic, progress=progress)
-            args.model, gguf = str(synthetic.folder), str(synthetic.gguf)
-        else:
-            args.model = gguf = str(synthetic_gguf(args.synthetic, args.synthetic_format, progress=progress))
+    gguf = _make_synthetic(args)
     command = "inference-studio bench " + " ".join(shlex.quote(a) for a in sys.argv[2:])
     serve_command = [sys.executable, "-m", "app", "serve", *_model_arguments(args)]
     if is_served(vias, chosen):
-        record = run_served_bench(args, config, workloads, chosen, gguf, serve_command, progress)
+        record = run_served_bench(args, config, workloads, chosen, gguf, serve_command, _progress)
         record["command"] = command
         print(f"model: {record['model']}, {record['threads']} threads per server")
         print("\n## start: from the process start to the first streamed token; memory and disk from /proc\n")
@@ -169,23 +180,10 @@ def run(args: argparse.Namespace) -> int:
         for line in report.start_ratio_lines(record["start_ratios"]):
             print(line)
     else:
-        memory = MemoryProbe()
-        loaded = load_model(args.model, load_options_from(args))
-        memory.loaded(loaded)
-        plan = BenchPlan(
-            vias=vias,
-            serve_command=serve_command,
-            gguf=gguf or (str(loaded.source.path) if loaded.source.is_gguf else None),
-            threads=torch.get_num_threads(),
-            paths={"window": _window_path()} if "window" in vias else {},
-        )
-        record = run_benchmark(
-            loaded, workloads, chosen, config, progress, scale=args.scale, plan=plan, repeat=args.repeat
-        )
-        record["memory"] = memory.report(loaded, config)
+        record = _run_in_process(args, workloads, chosen, config, vias, gguf, serve_command)
         record["command"] = command
         print(f"model: {record['model']}, torch threads {record['torch_threads']}")
-        print(memory.line(record["memory"]))
+        print(MemoryProbe.line(record["memory"]))
     _print_workloads(record)
     if args.json:
         report.write_json(args.json, record)
@@ -195,6 +193,36 @@ def run(args: argparse.Namespace) -> int:
         print(f"wrote {args.plot}")
     json.dumps(record, default=str)  # fail here, not in a later reader, if something isn't serialisable
     return 0
+
+
+def _run_in_process(
+    args: argparse.Namespace,
+    workloads: list[str],
+    chosen: list[str] | None,
+    config: EngineConfig,
+    vias: tuple[str, ...],
+    gguf: str | None,
+    serve_command: list[str],
+) -> dict:
+    """The engine loaded in this process (the engine-thread, window and served paths measured from here)."""
+    from engine.bench.runner import BenchPlan, run_benchmark
+    from engine.load.loader import load_model
+
+    memory = MemoryProbe()
+    loaded = load_model(args.model, load_options_from(args))
+    memory.loaded(loaded)
+    plan = BenchPlan(
+        vias=vias,
+        serve_command=serve_command,
+        gguf=gguf or (str(loaded.source.path) if loaded.source.is_gguf else None),
+        threads=torch.get_num_threads(),
+        paths={"window": _window_path()} if "window" in vias else {},
+    )
+    record = run_benchmark(
+        loaded, workloads, chosen, config, _progress, scale=args.scale, plan=plan, repeat=args.repeat
+    )
+    record["memory"] = memory.report(loaded, config)
+    return record
 
 
 def _print_workloads(record: dict) -> None:

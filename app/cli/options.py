@@ -7,7 +7,7 @@ import argparse
 from engine.core.config import EngineConfig
 from engine.launch import EngineOptions
 from engine.load import kv_policy
-from engine.load.options import DEVICES, DTYPES, QUANTIZATIONS, LoadOptions
+from engine.load.load_options import DEVICES, DTYPES, QUANTIZATIONS, LoadOptions
 
 MIB = 1024**2
 
@@ -19,6 +19,7 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--dtype", default="auto", help=f"one of {', '.join(DTYPES)}")
     group.add_argument(
         "--quant",
+        dest="quantization",  # LoadOptions' name for it, wherever the choice goes
         default="none",
         help=f"weight quantization: {', '.join(QUANTIZATIONS)} (int8/int4 on a CPU: the engine's kernels, used for the "
         "batch sizes where they are measured faster; nf4/fp4: bitsandbytes)",
@@ -68,7 +69,7 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
 
 
 def load_options_from(args: argparse.Namespace) -> LoadOptions:
-    return LoadOptions(dtype=args.dtype, quantization=args.quant, device=args.device)
+    return LoadOptions(dtype=args.dtype, quantization=args.quantization, device=args.device)
 
 
 def engine_config_from(args: argparse.Namespace) -> EngineConfig:

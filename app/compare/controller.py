@@ -3,22 +3,39 @@ with their TTFT, tokens per second and a diff."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, Signal
 from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import QDialog, QVBoxLayout
+from PySide6.QtWidgets import QDialog, QVBoxLayout, QWidget
 
 from app.chat.controller import Hold
 from app.compare.diff import Comparison, compare_replies
 from app.compare.runner import CompareRun
 from app.compare.targets import CompareTarget, compare_targets
+from app.window.menus import MenuId, Menus
 from engine.types import SamplingParams, TokenEvent
 from widgets.compare.compare_view import CompareView
-from widgets.tokens.data import TokenEntry
+from widgets.tokens.data import TokenEntry, TokenKind
 
 if TYPE_CHECKING:
-    from app.window.main_window import MainWindow
+    from app.chat.tabs import ChatTabs
+    from app.hosting.engine_bridge import EngineBridge
+    from app.remote.backends import RemoteBackends
+    from app.window.settings import StudioSettings
+
+
+@dataclass(frozen=True)
+class CompareHost:
+    """What the Compare window uses of the main window."""
+
+    parent: QWidget
+    bridge: EngineBridge
+    tabs: ChatTabs  # the chats on the engine wait while a comparison runs there
+    settings: StudioSettings  # its recent models are targets
+    remotes: RemoteBackends | None  # the endpoints' models are targets too, where the window has them
+    menus: Menus
 
 
 def describe_stats(event: TokenEvent) -> str:
@@ -37,10 +54,10 @@ def describe_stats(event: TokenEvent) -> str:
 class CompareController(QObject):
     run_finished = Signal(object)  # Comparison
 
-    def __init__(self, window: MainWindow) -> None:
-        super().__init__(window)
-        self.window = window
-        self.dialog = QDialog(window)
+    def __init__(self, host: CompareHost) -> None:
+        super().__init__(host.parent)
+        self.host = host
+        self.dialog = QDialog(host.parent)
         self.dialog.setWindowTitle("Compare")
         self.dialog.setObjectName("compareDialog")
         self.view = CompareView()
@@ -56,11 +73,11 @@ class CompareController(QObject):
         self.comparison: Comparison | None = None
 
     def refresh_targets(self) -> None:
-        bridge, remote = self.window.bridge, getattr(self.window, "remote", None)
-        remotes = remote.backends.choices() if remote is not None else []
+        bridge, remotes = self.host.bridge, self.host.remotes
+        choices = remotes.choices() if remotes is not None else []
         thread = bridge.thread
         formats = list(thread.engine.runtime_record()["layer_formats"]) if thread is not None else []
-        found = compare_targets(bridge.info, bridge.choice, self.window.settings.recent_models, remotes, formats)
+        found = compare_targets(bridge.info, bridge.choice, self.host.settings.recent_models, choices, formats)
         self.targets = {t.key: t for t in found}
         self.view.set_choices([(t.key, t.label, t.name) for t in found])
 
@@ -82,8 +99,7 @@ class CompareController(QObject):
             self.view.prompt.setPlainText(prompt)
         self.view.set_targets([t.key for t in targets])
         self.view.max_tokens.setValue(max_tokens)
-        remote = getattr(self.window, "remote", None)
-        clients = dict(remote.backends.clients) if remote is not None else {}
+        clients = dict(self.host.remotes.clients) if self.host.remotes is not None else {}
         params = SamplingParams(max_tokens=max_tokens, temperature=0.0)  # greedy: differences are the models'
         messages = [{"role": "user", "content": prompt}]
         self.replies = [[] for _ in targets]
@@ -91,15 +107,15 @@ class CompareController(QObject):
         self.finals = [None] * len(targets)
         self.comparison = None
         self.view.begin([t.name for t in targets], [t.label for t in targets])
-        run = CompareRun(targets, messages, params, self.window.bridge.thread, clients, self)
+        run = CompareRun(targets, messages, params, self.host.bridge.thread, clients, self)
         run.event_arrived.connect(self._on_event)
         run.status_changed.connect(self._on_status)  # a bound method: delivered in this (the GUI) thread
         run.tokenizer_known.connect(self._on_tokenizer)
         self.current = run
         self.view.set_running(True)
         if any(t.local is not None for t in targets):  # they run in the engine thread, one after another
-            self.window.tabs.hold("compare", Hold("the comparison (Model > Compare)", "Stop the comparison", self.stop))
-            run.finished.connect(lambda: self.window.tabs.release("compare"))
+            self.host.tabs.hold("compare", Hold("the comparison (Model > Compare)", "Stop the comparison", self.stop))
+            run.finished.connect(lambda: self.host.tabs.release("compare"))
         run.start()
         return True
 
@@ -118,7 +134,7 @@ class CompareController(QObject):
         if self.finals[column] is not None:
             return
         if event.text or event.token_ids:
-            kind = "token" if event.token_ids else "chunk"
+            kind = TokenKind.TOKEN if event.token_ids else TokenKind.CHUNK
             entry = TokenEntry(event.text, token_ids=tuple(event.token_ids), kind=kind)
             self.replies[column].append(entry)
             self.view.columns[column].tokens.append_entries([entry])
@@ -140,17 +156,14 @@ class CompareController(QObject):
         self.run_finished.emit(comparison)
 
 
-def install_compare(window: MainWindow) -> CompareController:
+def install_compare(host: CompareHost) -> CompareController:
     """Model > Compare… (Ctrl+Shift+K)."""
-    controller = CompareController(window)
-    action = QAction("Co&mpare models…", window)
+    controller = CompareController(host)
+    action = QAction("Co&mpare models…", host.parent)
     action.setShortcut(QKeySequence("Ctrl+Shift+K"))
     action.setStatusTip("One prompt on two to four models, quantizations or endpoints, side by side")
     action.triggered.connect(lambda _checked=False: controller.open())
-    window.addAction(action)
-    menus = {a.text(): a.menu() for a in window.menuBar().actions()}
-    model_menu = menus.get("&Model")
-    if model_menu is not None:
-        model_menu.addAction(action)
+    host.parent.addAction(action)
+    host.menus.add(MenuId.MODEL, "&Model").addAction(action)
     controller.action = action
     return controller

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from domain.model_choice import ModelChoice
 from engine.experiments.compare import LocalTarget
 from engine.load.options import LoadOptions, quantization_problem
-from widgets.model.choice import ModelChoice
 
 LOADED = "loaded"
 # other ways to load the loaded model: (dtype, quantization, label)
@@ -67,9 +67,8 @@ def compare_targets(
     for other in recent:
         if choice is not None and other.spec == choice.spec:
             continue  # the loaded model's variants are listed above
-        options = LoadOptions(dtype=other.dtype, quantization=other.quantization, device=other.device)
         key = "model:" + json.dumps([other.spec, other.dtype, other.quantization, other.device])
-        targets.append(CompareTarget(key, other.label, LocalTarget(other.label, other.spec, options)))
+        targets.append(CompareTarget(key, other.label, LocalTarget(other.label, other.spec, other.load_options)))
     for backend_id, label in remotes:
         targets.append(CompareTarget(f"remote:{backend_id}", f"{label} (remote)", backend_id=backend_id))
     return targets

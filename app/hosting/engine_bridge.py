@@ -11,6 +11,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 
 from app.chat.event_pump import EventPump
 from app.hosting.backends import LOCAL, BackendRegistry
+from domain.model_choice import ModelChoice
 from engine.core.config import EngineConfig
 from engine.core.engine import Engine
 from engine.core.engine_thread import EngineThread
@@ -18,8 +19,6 @@ from engine.core.metrics import MetricsRecorder
 from engine.errors import StudioError
 from engine.launch import EngineOptions, Loader, start_engine
 from engine.load.loader import ModelInfo, load_model
-from engine.load.options import LoadOptions
-from widgets.model.choice import ModelChoice
 
 log = logging.getLogger(__name__)
 
@@ -28,9 +27,8 @@ WATCH_MS = 500  # how often the window looks whether the engine thread died (and
 
 def engine_options_for(choice: ModelChoice, config: EngineConfig) -> EngineOptions:
     """The picker's choice (model, dtype, quantization, device, KV budget) on the studio's engine settings."""
-    load = LoadOptions(dtype=choice.dtype, quantization=choice.quantization, device=choice.device)
     budget = choice.kv_memory_bytes or None  # 0: automatic
-    return EngineOptions(choice.spec, load, replace(config, kv_memory_bytes=budget, kv_pages=None))
+    return EngineOptions(choice.spec, choice.load_options, replace(config, kv_memory_bytes=budget, kv_pages=None))
 
 
 class EngineBridge(QObject):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from domain.model_choice import ModelChoice
 from engine.credentials import hub_token
 from engine.errors import UnsupportedOptionError
 from engine.load import kv_policy, options
@@ -11,7 +12,6 @@ from engine.load.decode_probe import compare_note
 from engine.load.estimate import MemoryEstimate
 from engine.load.loader import estimate_for_spec
 from engine.load.memory import free_memory_bytes
-from widgets.model.choice import ModelChoice
 
 
 class EngineAdvisor:
@@ -53,7 +53,7 @@ class EngineAdvisor:
     def estimate(self, choice: ModelChoice) -> MemoryEstimate:
         """The memory estimate, and on a CPU what the chosen format does to decode speed, measured here on the
         model's layer shapes (about a second; the picker calls this off the GUI thread)."""
-        load_options = options.LoadOptions(dtype=choice.dtype, quantization=choice.quantization, device=choice.device)
+        load_options = choice.load_options
         estimate = estimate_for_spec(choice.spec, load_options)
         resolved = options.resolve_options(load_options)
         if resolved.device == "cpu" and estimate.shape.hidden_size:

@@ -1,21 +1,24 @@
-"""RemoteFeatures: what issue 5 adds to the window: per-chat choice of a remote endpoint's model, adding and
+"""RemoteFeatures: the window's remote side: per-chat choice of a remote endpoint's model, adding and
 removing endpoints, the API server toggle, and the remote's own metrics in the status bar."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import QLabel, QMenu
+from PySide6.QtWidgets import QLabel, QMenu, QStatusBar, QToolBar, QWidget
 
 from app.hosting.api_server_control import ApiServerControl
 from app.hosting.backends import LOCAL
 from app.hosting.server_settings import ServerKeys, ServerSettings
 from app.remote.backends import RemoteBackends, parse_backend_id, remote_backend_id
 from app.remote.endpoint_book import EndpointBook
+from app.window.menus import MenuId, Menus
 from engine.errors import StudioError
 from engine.remote.client import RemoteClient
 from engine.remote.endpoints import Endpoint
@@ -25,10 +28,14 @@ from engine.serve.cross_site import check_origins
 from widgets.dialogs.endpoint import EndpointDialog
 from widgets.dialogs.server import ServerDialog, ServerValues
 from widgets.model.backend_picker import BackendPicker
-from widgets.notice_bar import ERROR, INFO
+from widgets.notice_bar import ERROR, INFO, NoticeBar
 
 if TYPE_CHECKING:
-    from app.window.main_window import MainWindow
+    from app.chat.event_pump import EventPump
+    from app.chat.tabs import ChatTabs
+    from app.hosting.backends import BackendRegistry
+    from app.hosting.engine_bridge import EngineBridge
+    from app.window.settings import StudioSettings
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +66,24 @@ def describe_remote_metrics(label: str, snapshot: RemoteMetricsSnapshot | None) 
     return " · ".join(parts)
 
 
+@dataclass(frozen=True)
+class RemoteHost:
+    """What the remote features use of the window they live in."""
+
+    parent: QWidget  # of their dialogs and actions
+    settings: StudioSettings
+    registry: BackendRegistry
+    pump: EventPump
+    bridge: EngineBridge
+    tabs: ChatTabs
+    notice: NoticeBar
+    status: QStatusBar
+    toolbar: QToolBar
+    picker_anchor: QAction  # the endpoint picker goes in front of it
+    menus: Menus
+    confirm: Callable[[str, str], bool]
+
+
 class RemoteFeatures(QObject):
     """Hook for the dashboard: `remote_client_changed` fires with the current chat's RemoteClient (None when the
     chat uses this computer's engine). Its `metrics.snapshot` is a dashboard SnapshotSource of client-side token
@@ -67,14 +92,14 @@ class RemoteFeatures(QObject):
 
     remote_client_changed = Signal(object)  # RemoteClient | None
 
-    def __init__(self, window: MainWindow) -> None:
-        super().__init__(window)
-        self.window = window
-        qsettings = window.settings.qsettings
+    def __init__(self, host: RemoteHost) -> None:
+        super().__init__(host.parent)
+        self.host = host
+        qsettings = host.settings.qsettings
         self.book = EndpointBook(qsettings)
-        self.backends = RemoteBackends(self.book, window.registry, window.pump)
+        self.backends = RemoteBackends(self.book, host.registry, host.pump)
         self.server_settings = ServerSettings(qsettings)
-        self.server = ApiServerControl(window.bridge, self.server_settings, self)
+        self.server = ApiServerControl(host.bridge, self.server_settings, self)
         self.server.state_changed.connect(self._on_server_state)
         self.server.failed.connect(self._on_server_failed)
         self._polled: RemoteClient | None = None
@@ -84,20 +109,19 @@ class RemoteFeatures(QObject):
         self.picker.add_requested.connect(self.add_endpoint_dialog)
         # right after "New chat": the first thing to see of a chat is which model it talks to, and a toolbar
         # too narrow for all its items (a large font) drops the last ones into its overflow menu, not this one
-        anchor = window.actions.choose_model
-        window.toolbar.insertWidget(anchor, self.picker)
+        host.toolbar.insertWidget(host.picker_anchor, self.picker)
         self.server_label = QLabel()
         self.server_label.setObjectName("serverStatus")
         self.server_label.setToolTip("The OpenAI-compatible API the studio serves (Server menu)")
         self.remote_label = QLabel()
         self.remote_label.setObjectName("remoteStatus")
         self.remote_label.setToolTip("What the current chat's remote endpoint reports")
-        window.status.addPermanentWidget(self.remote_label)
-        window.status.addPermanentWidget(self.server_label)
+        host.status.addPermanentWidget(self.remote_label)
+        host.status.addPermanentWidget(self.server_label)
         self._build_menus()
 
-        window.tabs.current_changed.connect(lambda _controller: self._on_current_changed())
-        window.bridge.model_changed.connect(lambda _info: self.refresh_choices())
+        host.tabs.current_changed.connect(lambda _controller: self._on_current_changed())
+        host.bridge.model_changed.connect(lambda _info: self.refresh_choices())
         self._timer = QTimer(self, interval=REMOTE_STATUS_MS)
         self._timer.timeout.connect(self.refresh_remote_status)
         self._timer.start()
@@ -107,9 +131,8 @@ class RemoteFeatures(QObject):
 
     # ---- menus ------------------------------------------------------------------------------
     def _build_menus(self) -> None:
-        window = self.window
-        menus = {action.text(): action.menu() for action in window.menuBar().actions()}
-        model_menu = menus.get("&Model") or window.menuBar().addMenu("&Model")
+        window, menus = self.host.parent, self.host.menus
+        model_menu = menus.add(MenuId.MODEL, "&Model")
         model_menu.addSeparator()
         self.add_endpoint_action = QAction("Add a remote &endpoint…", window)
         self.add_endpoint_action.setStatusTip("Chat with a model served by vLLM, TGI, Ollama, LM Studio or a studio")
@@ -119,7 +142,7 @@ class RemoteFeatures(QObject):
         self.remove_menu.aboutToShow.connect(self._fill_remove_menu)
         model_menu.addMenu(self.remove_menu)
 
-        server_menu = window.menuBar().addMenu("&Server")
+        server_menu = menus.add(MenuId.SERVER, "&Server")
         self.serve_action = QAction("&Serve the OpenAI API", window)
         self.serve_action.setCheckable(True)
         self.serve_action.setShortcut(QKeySequence("Ctrl+Shift+A"))
@@ -142,7 +165,7 @@ class RemoteFeatures(QObject):
     # ---- endpoints --------------------------------------------------------------------------
     def add_endpoint_dialog(self) -> None:
         taken = {s.name for s in self.book.all()}
-        dialog = EndpointDialog(list_endpoint_models, taken, self.window, url_warning=cleartext_warning)
+        dialog = EndpointDialog(list_endpoint_models, taken, self.host.parent, url_warning=cleartext_warning)
         if dialog.exec() != EndpointDialog.DialogCode.Accepted:
             return
         values = dialog.values()
@@ -153,17 +176,17 @@ class RemoteFeatures(QObject):
         try:
             saved = self.backends.add(Endpoint(name, base_url), models, api_key or "")
         except StudioError as exc:
-            self.window.notice.show_message(f"Could not add the endpoint: {exc}", ERROR)
+            self.host.notice.show_message(f"Could not add the endpoint: {exc}", ERROR)
             return False
         self.refresh_choices()
         if saved.models:
             self.choose_backend(remote_backend_id(saved.name, saved.models[0]))
-        self.window.notice.show_message(f"Added “{saved.name}”: choose its models per chat in the toolbar.", INFO)
+        self.host.notice.show_message(f"Added “{saved.name}”: choose its models per chat in the toolbar.", INFO)
         return True
 
     def remove_endpoint(self, name: str) -> None:
-        users = [c for c in self.window.tabs.controllers if (parse_backend_id(c.backend_id) or ("",))[0] == name]
-        if any(c.busy for c in users) and not self.window.confirm(
+        users = [c for c in self.host.tabs.controllers if (parse_backend_id(c.backend_id) or ("",))[0] == name]
+        if any(c.busy for c in users) and not self.host.confirm(
             "Remove endpoint", f"Chats are writing replies on “{name}”. Stop them and remove it?"
         ):
             return
@@ -176,12 +199,12 @@ class RemoteFeatures(QObject):
 
     # ---- per-chat backend -------------------------------------------------------------------
     def refresh_choices(self) -> None:
-        info = self.window.bridge.info
+        info = self.host.bridge.info
         local = f"This computer: {info.name}" if info is not None else "This computer"
         self.picker.set_choices([(LOCAL, local), *self.backends.choices()])
 
     def choose_backend(self, backend_id: str) -> None:
-        controller = self.window.tabs.current
+        controller = self.host.tabs.current
         if controller is None:
             return
         if not controller.set_backend(backend_id):
@@ -192,7 +215,7 @@ class RemoteFeatures(QObject):
         self._on_current_changed()
 
     def _on_current_changed(self) -> None:
-        controller = self.window.tabs.current
+        controller = self.host.tabs.current
         backend_id = controller.backend_id if controller is not None else LOCAL
         self.picker.set_current(backend_id)
         client = self.backends.client(backend_id)
@@ -219,13 +242,13 @@ class RemoteFeatures(QObject):
     def server_settings_dialog(self) -> None:
         s = self.server_settings
         current = ServerValues(s.port, s.require_key, tuple(s.allowed_origins))
-        dialog = ServerDialog(current, ServerKeys(), self.window, check_origins=check_origins)
+        dialog = ServerDialog(current, ServerKeys(), self.host.parent, check_origins=check_origins)
         if dialog.exec() != ServerDialog.DialogCode.Accepted:
             return
         values = dialog.values()
         changed = values != current or dialog.key_changed
         s.port, s.require_key, s.allowed_origins = values.port, values.require_key, list(values.allowed_origins)
-        self.window.settings.sync()
+        self.host.settings.sync()
         if self.server.enabled and changed:  # apply now: the old server lets the port go, a new one takes it
             self.server.restart()
 
@@ -243,7 +266,7 @@ class RemoteFeatures(QObject):
             self.serve_action.setChecked(self.server.enabled)
 
     def _on_server_failed(self, message: str) -> None:
-        self.window.notice.show_message(message, ERROR, ("Server settings…", self.server_settings_dialog))
+        self.host.notice.show_message(message, ERROR, ("Server settings…", self.server_settings_dialog))
 
     def shutdown(self) -> None:
         self._timer.stop()

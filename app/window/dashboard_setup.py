@@ -3,15 +3,25 @@ Experiments menu, and the user's panel choices remembered across starts."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
 from PySide6.QtCore import QSettings, Qt, QTimer
-from PySide6.QtWidgets import QMainWindow, QMenu
+from PySide6.QtWidgets import QDockWidget, QMainWindow, QWidget
 
 from app.chat.controller import Hold
 from app.hosting.experiments_controller import ExperimentController, build_experiments_menu
 from app.setting_values import number, read_setting
+from app.window.menus import MenuId, Menus
 from widgets.chat.panel import CHAT_MIN_WIDTH
 from widgets.dashboard.dashboard import WINDOWS, DashboardWidget
 from widgets.dashboard.data.series import MemoryInfo
+
+if TYPE_CHECKING:
+    from app.chat.tabs import ChatTabs
+    from app.hosting.engine_bridge import EngineBridge
+    from app.remote.features import RemoteFeatures
 
 SETTINGS_GROUP = "dashboard"
 # shown and hidden by what happens (an experiment reports, a chat runs on a remote), not remembered
@@ -20,14 +30,31 @@ REMOTE_POLL_MS = 1000  # the remote client scrapes /metrics once a second
 DOCK_FRAME_PX = 16  # the dock's frame and the separator beside it
 
 
-def install_studio_dashboard(window: QMainWindow, settings: QSettings | None = None) -> DashboardWidget:
-    """Create the dashboard for a main window that has `bridge` (EngineBridge), `install_dashboard(widget)` and
-    `dashboard_dock`; returns it. The Experiments menu goes into the window's menu bar."""
-    bridge = window.bridge
-    # beside the studio's other settings (its INI file follows INFERENCE_STUDIO_HOME), else Qt's default place
-    settings = settings or getattr(getattr(window, "settings", None), "qsettings", None) or QSettings()
+@dataclass(frozen=True)
+class DashboardHost:
+    """What the dashboard uses of the window it goes into."""
+
+    window: QMainWindow  # its dock is sized to the window, its notes go to the window's status bar
+    bridge: EngineBridge  # the loaded model: `thread`, `info`, `model_changed`
+    dock: QDockWidget
+    install: Callable[[QWidget], QDockWidget]  # puts the dashboard into the dock
+    menus: Menus  # the Experiments menu joins them
+    settings: QSettings  # where the user's panel choices are kept
+    tabs: ChatTabs | None = None  # the chats wait while an experiment runs
+    remote: RemoteFeatures | None = None  # a chat on a remote endpoint: the dashboard shows its timings
+
+
+@dataclass(frozen=True)
+class StudioDashboard:
+    dashboard: DashboardWidget
+    experiments: ExperimentController
+
+
+def install_studio_dashboard(host: DashboardHost) -> StudioDashboard:
+    """Create the dashboard and its experiments; the Experiments menu goes into the host's menus."""
+    bridge = host.bridge
     dashboard = DashboardWidget()
-    _restore(dashboard, settings)
+    _restore(dashboard, host.settings)
 
     def follow_model(info=None) -> None:
         thread = bridge.thread
@@ -42,7 +69,7 @@ def install_studio_dashboard(window: QMainWindow, settings: QSettings | None = N
             MemoryInfo(getattr(info, "weight_bytes", 0), engine.cache.nbytes, name, kv_pages=engine.pool.num_pages)
         )
 
-    remote = getattr(window, "remote", None)  # RemoteFeatures, where the window has remote endpoints
+    remote = host.remote
 
     def follow_model_unless_remote(info=None) -> None:
         if remote is None or remote.current_client() is None:
@@ -52,31 +79,30 @@ def install_studio_dashboard(window: QMainWindow, settings: QSettings | None = N
     follow_model()
     if remote is not None:
         _follow_remote_chats(dashboard, remote, follow_model)
-    dock = window.install_dashboard(dashboard)
-    _widen_when_first_shown(window, dock, dashboard)
+    dock = host.install(dashboard)
+    _widen_when_first_shown(host.window, dock, dashboard)
 
-    controller = ExperimentController(lambda: bridge.thread, dashboard, parent=window)
-    controller.running_changed.connect(lambda running: running and window.dashboard_dock.show())
-    controller.experiment_failed.connect(lambda message: _tell(window, message))
-    menu = _experiments_menu(window)
+    controller = ExperimentController(lambda: bridge.thread, dashboard, parent=host.window)
+    controller.running_changed.connect(lambda running: running and host.dock.show())
+    controller.experiment_failed.connect(lambda message: _tell(host.window, message))
+    menu = host.menus.add(MenuId.EXPERIMENTS, "E&xperiments")
+    menu.setToolTipsVisible(True)
     build_experiments_menu(menu, controller)
-    controller.running_changed.connect(lambda running: _hold_chats(window, controller, running))
-    window.experiments = controller
-    return dashboard
+    if host.tabs is not None:
+        tabs = host.tabs
+        controller.running_changed.connect(lambda running: _hold_chats(tabs, controller, running))
+    return StudioDashboard(dashboard, controller)
 
 
-def _hold_chats(window, controller: ExperimentController, running: bool) -> None:
+def _hold_chats(tabs: ChatTabs, controller: ExperimentController, running: bool) -> None:
     """An experiment runs in the engine thread, between steps: the chats on it wait, and say so, with a Stop."""
-    tabs = getattr(window, "tabs", None)
-    if tabs is None:
-        return
     if running:
         tabs.hold("experiment", Hold(f"the {controller.title} experiment", "Stop the experiment", controller.cancel))
     else:
         tabs.release("experiment")
 
 
-def _follow_remote_chats(dashboard: DashboardWidget, remote, follow_model) -> None:
+def _follow_remote_chats(dashboard: DashboardWidget, remote: RemoteFeatures, follow_model: Callable[[], None]) -> None:
     """When the current chat runs on a remote endpoint, the charts show the token timings measured here and the
     remote panel what the server reports of itself (or that it reports nothing); back on this computer's engine,
     the dashboard reads the engine again."""
@@ -114,7 +140,7 @@ def dock_width_for(window_width: int, dashboard: DashboardWidget) -> int:
     return max(dashboard.minimumSizeHint().width(), min(dashboard.sizeHint().width(), window_width // 2, room))
 
 
-def _widen_when_first_shown(window: QMainWindow, dock, dashboard: DashboardWidget) -> None:
+def _widen_when_first_shown(window: QMainWindow, dock: QDockWidget, dashboard: DashboardWidget) -> None:
     """A dock opens at its widget's minimum width; the dashboard reads best about half the window wide."""
     done = False
 
@@ -125,18 +151,6 @@ def _widen_when_first_shown(window: QMainWindow, dock, dashboard: DashboardWidge
             window.resizeDocks([dock], [dock_width_for(window.width(), dashboard)], Qt.Orientation.Horizontal)
 
     dock.visibilityChanged.connect(widen)
-
-
-def _experiments_menu(window: QMainWindow) -> QMenu:
-    bar = window.menuBar()
-    menu = QMenu("E&xperiments", bar)
-    menu.setToolTipsVisible(True)
-    help_menu = next((a for a in bar.actions() if a.text().replace("&", "") == "Help"), None)
-    if help_menu is not None:
-        bar.insertMenu(help_menu, menu)
-    else:
-        bar.addMenu(menu)
-    return menu
 
 
 def _tell(window: QMainWindow, message: str) -> None:

@@ -30,24 +30,26 @@ from app.chat.reply_router import ReplyRouter
 from app.chat.store import ChatStore
 from app.chat.store_recovery import OpenedStore, open_store
 from app.chat.tabs import ChatTabs
-from app.compare.controller import install_compare
+from app.cli.options import load_options_from
+from app.compare.controller import CompareController, CompareHost, install_compare
 from app.hosting.backends import BackendRegistry
 from app.hosting.engine_bridge import EngineBridge, Loader
+from app.hosting.experiments_controller import ExperimentController
 from app.hosting.hub_token import KeyringTokens
 from app.hosting.model_switcher import FINISH, ModelSwitcher
-from app.remote.features import RemoteFeatures
-from app.window.actions import build_actions, fit_toolbar
-from app.window.dashboard_setup import install_studio_dashboard
+from app.remote.features import RemoteFeatures, RemoteHost
+from app.window.actions import build_actions, build_menus, build_toolbar, fit_toolbar
+from app.window.dashboard_setup import DashboardHost, install_studio_dashboard
 from app.window.engine_status import EngineStatus
 from app.window.interrupts import close_on_interrupt
 from app.window.qt_messages import route_qt_messages
 from app.window.self_test import SelfTest, isolate_user_data
 from app.window.settings import StudioSettings
 from app.window.theme import ThemeManager
+from domain.model_choice import ModelChoice
 from engine.load.loader import load_model
 from widgets.dialogs.history import HistoryDialog
 from widgets.dialogs.settings import SettingsDialog, SettingsValues
-from widgets.model.choice import ModelChoice
 from widgets.notice_bar import ERROR, INFO, NoticeBar
 from widgets.status_bar import StudioStatusBar
 
@@ -82,22 +84,15 @@ class MainWindow(QMainWindow):
         self.tabs.set_send_key(settings.send_key)
         self.tabs.set_settings_visible(settings.settings_panel_visible)
         self.tabs.set_sidebar_width(settings.sidebar_width)
-        self.notice = NoticeBar()
-        self.store.on_write_failed = lambda text: self.notice.show_message(text, ERROR)
-        if opened.notice:
-            self.notice.show_message(opened.notice, ERROR if opened.warning else INFO)
-        central = QWidget()
-        column = QVBoxLayout(central)
-        column.setContentsMargins(0, 0, 0, 0)
-        column.setSpacing(0)
-        column.addWidget(self.notice)
-        column.addWidget(self.tabs.widget, 1)
-        self.setCentralWidget(central)
+        self.notice = self._build_central(opened)
         self.status = StudioStatusBar()
         self.setStatusBar(self.status)
         self.dashboard: QWidget | None = None
+        self.experiments: ExperimentController | None = None  # with the studio's dashboard (add_dashboard)
         self.dashboard_dock = self._build_dashboard_dock()
-        self.actions = build_actions(self)
+        self.actions = build_actions(self, self, self.dashboard_dock, settings.settings_panel_visible)
+        self.menus = build_menus(self, self.actions)
+        self.toolbar = build_toolbar(self, self.actions)
         self.tabs.widget.tabBarDoubleClicked.connect(self._rename_tab_at)
         self.tabs.sidebar_toggled.connect(self._set_settings_panel)
         self.tabs.sidebar_width_changed.connect(lambda width: setattr(self.settings, "sidebar_width", width))
@@ -109,12 +104,36 @@ class MainWindow(QMainWindow):
         self.engine_status = EngineStatus(self.status, self.bridge, self.tabs, self)
         self.bridge.engine_failed.connect(lambda text: self.notice.show_message(text, ERROR))
         self.tabs.restore(settings.current_chat)
-        self.remote = RemoteFeatures(self)  # remote endpoints per chat, the API server toggle (issue 5)
-        self.compare = install_compare(self)  # Model > Compare…
+        self.remote = RemoteFeatures(self._remote_host())  # remote endpoints per chat, the API server toggle
+        self.compare: CompareController = install_compare(
+            CompareHost(self, self.bridge, self.tabs, settings, self.remote.backends, self.menus)
+        )
         self.toolbar_fit = fit_toolbar(self.toolbar, self.actions, self.remote.picker)
         self._restore_geometry()
 
-    # ---- docks for colleagues' panels -------------------------------------------------------
+    def _build_central(self, opened: OpenedStore) -> NoticeBar:
+        """The notice bar over the chat tabs; it says what happened to a damaged or read-only store."""
+        notice = NoticeBar()
+        self.store.on_write_failed = lambda text: notice.show_message(text, ERROR)
+        if opened.notice:
+            notice.show_message(opened.notice, ERROR if opened.warning else INFO)
+        central = QWidget()
+        column = QVBoxLayout(central)
+        column.setContentsMargins(0, 0, 0, 0)
+        column.setSpacing(0)
+        column.addWidget(notice)
+        column.addWidget(self.tabs.widget, 1)
+        self.setCentralWidget(central)
+        return notice
+
+    def _remote_host(self) -> RemoteHost:
+        def confirm(title: str, question: str) -> bool:  # whatever `self.confirm` is when asked (tests replace it)
+            return self.confirm(title, question)
+
+        return RemoteHost(self, self.settings, self.registry, self.pump, self.bridge, self.tabs, self.notice,
+                          self.status, self.toolbar, self.actions.choose_model, self.menus, confirm)  # fmt: skip
+
+    # ---- the dashboard dock -------------------------------------------------------------------
     def _build_dashboard_dock(self) -> QDockWidget:
         dock = QDockWidget("Dashboard", self)
         dock.setObjectName("dashboardDock")
@@ -137,6 +156,14 @@ class MainWindow(QMainWindow):
             self.dashboard_dock.show()
         return self.dashboard_dock
 
+    def add_dashboard(self) -> QWidget:
+        """The studio's live dashboard in the dock, its experiments in the Experiments menu."""
+        host = DashboardHost(self, self.bridge, self.dashboard_dock, self.install_dashboard, self.menus,
+                             self.settings.qsettings, self.tabs, self.remote)  # fmt: skip
+        installed = install_studio_dashboard(host)
+        self.experiments = installed.experiments
+        return installed.dashboard
+
     # ---- models and status ----------------------------------------------------------------
     def load_model(self, choice: ModelChoice, policy: str = FINISH) -> bool:
         return self.switcher.load(choice, policy)
@@ -148,6 +175,12 @@ class MainWindow(QMainWindow):
         self.engine_status.refresh()
 
     # ---- chat actions -----------------------------------------------------------------------
+    def new_chat(self) -> None:
+        self.tabs.new_chat()
+
+    def step_chat(self, step: int) -> None:
+        self.tabs.step(step)
+
     def confirm(self, title: str, question: str) -> bool:
         answer = QMessageBox.question(self, title, question)
         return answer == QMessageBox.StandardButton.Yes
@@ -309,13 +342,7 @@ class MainWindow(QMainWindow):
 def initial_choice(args: argparse.Namespace, settings: StudioSettings) -> ModelChoice:
     """--model and its options when given, else the default model from the settings."""
     if getattr(args, "model", None):
-        return ModelChoice(
-            spec=args.model,
-            dtype=args.dtype,
-            quantization=args.quant,
-            device=args.device,
-            kv_memory_mib=settings.kv_memory_mib,
-        )
+        return ModelChoice.of(args.model, load_options_from(args), settings.kv_memory_mib)
     return settings.default_model
 
 
@@ -335,7 +362,7 @@ def run_studio(args: argparse.Namespace) -> int:
         theme = ThemeManager(app)
         theme.set(settings.theme, settings.font_size)
         window = MainWindow(settings, theme=theme)
-        install_studio_dashboard(window)
+        window.add_dashboard()
         window.show()
         # the self-test listens before the load starts: a load that fails at once (a missing file) is not missed
         self_test = SelfTest(window, getattr(args, "screenshot", None)) if getattr(args, "self_test", False) else None

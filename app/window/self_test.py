@@ -13,8 +13,8 @@ from PySide6.QtCore import QObject, QTimer
 from PySide6.QtWidgets import QApplication, QWidget
 
 from app.chat.controller import ChatController
+from domain.chat import ASSISTANT, ChatSettings
 from engine.paths import CACHE_ENV, HOME_ENV, cache_dir
-from widgets.chat.data import ASSISTANT, ChatSettings
 
 PROMPTS = (
     "What is the capital of France? Answer in one sentence.",
@@ -133,7 +133,7 @@ class SelfTest(QObject):
         if problems:
             self._end("; ".join(problems))
             return
-        tokens = [c.messages[-1].stats.get("output_tokens") for c in self.chats if c.messages[-1].stats]
+        tokens = [c.messages[-1].stats.output_tokens for c in self.chats if c.messages[-1].stats]
         self._save(self.window, "studio-light.png")
         if self.window.theme is not None:
             mode, size = self.window.theme.mode, self.window.theme.font_size

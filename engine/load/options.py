@@ -8,22 +8,13 @@ from dataclasses import dataclass
 import torch
 
 from engine.errors import UnsupportedOptionError
+from engine.load.load_options import DEVICES, DTYPES, QUANTIZATIONS, LoadOptions
 
-DTYPES = ("auto", "float32", "bfloat16", "float16")
-QUANTIZATIONS = ("none", "int8", "int4", "nf4", "fp4")
 # On a CPU, int8 and int4 are the engine's own weight-only kernels (torch's, per batch size where they are faster);
 # elsewhere int8 is bitsandbytes'. nf4 and fp4 are bitsandbytes' 4-bit formats everywhere.
 ENGINE_QUANTIZATIONS = ("int8", "int4")
-DEVICES = ("auto", "cpu", "cuda", "mps")
 
 _TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-@dataclass(frozen=True)
-class LoadOptions:
-    dtype: str = "auto"
-    quantization: str = "none"
-    device: str = "auto"
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,9 @@ from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QTextEdit, QToolButton, QVBoxLayout, QWidget
 
+from domain.chat import USER, ChatMessage, format_stats
 from widgets.chat.code_block import CodeBlockView
-from widgets.chat.data import USER, ChatMessage, format_stats
-from widgets.chat.markdown_blocks import Segment, split_markdown
+from widgets.chat.markdown_blocks import Segment, SegmentKind, split_markdown
 from widgets.chat.prose_view import ProseView
 from widgets.tokens.data import TokenEntry
 from widgets.tokens.token_view import TokenView
@@ -73,7 +73,34 @@ class MessageView(QFrame):
         self.setObjectName("userMessage" if is_user else "assistantMessage")
         self.setFrameShape(QFrame.Shape.StyledPanel)
 
-        self._role = QLabel("You" if is_user else "Assistant")
+        header = self._header("You" if is_user else "Assistant")
+        self._body = QVBoxLayout()
+        self._body.setContentsMargins(0, 0, 0, 0)
+        self._body.setSpacing(6)
+        self._blocks: list[tuple[str, QWidget]] = []
+        self._tokens: list[TokenEntry] = []  # this reply's tokens with probabilities, while the chat is open
+        self.token_view: ReplyTokenView | None = None  # made when first shown
+        self._build_footer_labels()
+
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(12, 8, 12, 8)
+        layout.setSpacing(4)
+        layout.addLayout(header)
+        layout.addLayout(self._body)
+        self._token_slot = QVBoxLayout()
+        self._token_slot.setContentsMargins(0, 0, 0, 0)
+        layout.addLayout(self._token_slot)
+        layout.addWidget(self.error_label)
+        layout.addWidget(self.stats_label)
+        # only now that the buttons have a parent: showing a parentless widget would open it as a window
+        self.edit_button.setVisible(is_user)
+        self.regenerate_button.setVisible(False)
+        self.tokens_button.setVisible(False)
+        self.set_message(message)
+
+    def _header(self, role: str) -> QHBoxLayout:
+        """The role, the status while streaming, and the message's buttons."""
+        self._role = QLabel(role)
         self._role.setObjectName("role")
         self._status = QLabel()
         self._status.setTextFormat(Qt.TextFormat.PlainText)
@@ -93,13 +120,9 @@ class MessageView(QFrame):
         header.addStretch(1)
         for button in (self.tokens_button, self.copy_button, self.edit_button, self.regenerate_button):
             header.addWidget(button)
+        return header
 
-        self._body = QVBoxLayout()
-        self._body.setContentsMargins(0, 0, 0, 0)
-        self._body.setSpacing(6)
-        self._blocks: list[tuple[str, QWidget]] = []
-        self._tokens: list[TokenEntry] = []  # this reply's tokens with probabilities, while the chat is open
-        self.token_view: ReplyTokenView | None = None  # made when first shown
+    def _build_footer_labels(self) -> None:
         self.error_label = QLabel()
         self.error_label.setObjectName("inlineError")
         self.error_label.setWordWrap(True)
@@ -109,22 +132,6 @@ class MessageView(QFrame):
         self.stats_label.setObjectName("stats")
         self.stats_label.setTextFormat(Qt.TextFormat.PlainText)
         self.stats_label.setWordWrap(True)  # a narrow chat wraps the figures instead of cutting off the last
-
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(12, 8, 12, 8)
-        layout.setSpacing(4)
-        layout.addLayout(header)
-        layout.addLayout(self._body)
-        self._token_slot = QVBoxLayout()
-        self._token_slot.setContentsMargins(0, 0, 0, 0)
-        layout.addLayout(self._token_slot)
-        layout.addWidget(self.error_label)
-        layout.addWidget(self.stats_label)
-        # only now that the buttons have a parent: showing a parentless widget would open it as a window
-        self.edit_button.setVisible(is_user)
-        self.regenerate_button.setVisible(False)
-        self.tokens_button.setVisible(False)
-        self.set_message(message)
 
     def _tool(self, text: str, tip: str, target) -> QToolButton:
         button = QToolButton()
@@ -182,15 +189,15 @@ class MessageView(QFrame):
 
     def _segments(self, text: str) -> list[Segment]:
         if self.message.role == USER:
-            return [Segment("user", text)]
+            return [Segment(SegmentKind.PLAIN, text)]
         if self.message.finish_reason is not None:  # finished: a JSON reply reads better indented (not mid-stream)
             pretty = pretty_json(text)
             if pretty is not None:
-                return [Segment("code", pretty, "json")]
+                return [Segment(SegmentKind.CODE, pretty, "json")]
         return split_markdown(text)
 
     def _add_block(self, segment: Segment, growing: bool = False) -> None:
-        widget: QWidget = CodeBlockView() if segment.kind == "code" else ProseView()
+        widget: QWidget = CodeBlockView() if segment.kind is SegmentKind.CODE else ProseView()
         self._update_block(widget, segment, growing)
         self._blocks.append((segment.kind, widget))
         self._body.addWidget(widget)
@@ -202,7 +209,7 @@ class MessageView(QFrame):
         if isinstance(widget, CodeBlockView):
             widget.set_text(segment.text, segment.language)
         elif isinstance(widget, ProseView):
-            if segment.kind == "user":
+            if segment.kind is SegmentKind.PLAIN:
                 widget.set_plain(segment.text)
             elif growing:
                 widget.stream_markdown(segment.text)

@@ -17,9 +17,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from domain.chat import ChatSettings
 from widgets.chat.context import ContextUsage
 from widgets.chat.context_meter import ContextMeter
-from widgets.chat.data import ChatSettings
 from widgets.chat.message_input import ChatInput
 from widgets.chat.sampling_panel import SamplingPanel
 from widgets.chat.transcript_view import TranscriptView

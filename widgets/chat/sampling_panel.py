@@ -18,17 +18,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from widgets.chat.data import (
-    OUTPUT_KINDS,
-    OUTPUT_SCHEMA,
-    OUTPUT_TEXT,
-    OVERFLOW_POLICIES,
-    OVERFLOW_STOP,
-    PRESETS,
-    TOKEN_ALTERNATIVES,
-    ChatSettings,
-    schema_problem,
-)
+from domain.chat import PRESETS, TOKEN_ALTERNATIVES, ChatSettings, OutputKind, OverflowPolicy
+from domain.json_schema import schema_problem
 
 CUSTOM = "custom"
 
@@ -42,13 +33,19 @@ def _double(minimum: float, maximum: float, step: float, tip: str) -> QDoubleSpi
     return box
 
 
-def _choices(options: dict[str, str], tip: str) -> QComboBox:
-    """A combo box of labels whose item data are the options' keys."""
+def _choices(options: type[OverflowPolicy] | type[OutputKind], tip: str) -> QComboBox:
+    """A combo box of the options' labels whose item data are their values (plain text, as stored)."""
     box = QComboBox()
-    for key, label in options.items():
-        box.addItem(label, key)
+    for option in options:
+        box.addItem(option.label, option.value)
     box.setToolTip(tip)
     return box
+
+
+def _section_title(text: str) -> QLabel:
+    title = QLabel(text)
+    title.setObjectName("sectionTitle")
+    return title
 
 
 class SamplingPanel(QWidget):
@@ -57,6 +54,15 @@ class SamplingPanel(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("samplingPanel")
+        self._build_sampling_boxes()
+        self._build_context_and_output()
+        self._build_schema_editor()
+        self._lay_out()
+        self._connect()
+        self.set_settings(ChatSettings())
+        self._show_schema_state()
+
+    def _build_sampling_boxes(self) -> None:
         self.preset = QComboBox()
         self.preset.addItems([*PRESETS, CUSTOM])
         self.preset.setToolTip("precise: greedy, repeatable; balanced: everyday chat; creative: more varied")
@@ -81,17 +87,26 @@ class SamplingPanel(QWidget):
                                         "(OpenAI's presence penalty; below 0 encourages it)")  # fmt: skip
         self.frequency_penalty = _double(-2.0, 2.0, 0.1, "above 0 discourages a token the more often the reply "
                                          "used it (OpenAI's frequency penalty)")  # fmt: skip
+
+    def _build_context_and_output(self) -> None:
         self.overflow = _choices(
-            OVERFLOW_POLICIES,
+            OverflowPolicy,
             "When the conversation outgrows the model's context: stop and say so; truncate the middle (keep the "
             "system prompt and the first exchange, drop whole turns after it); or a rolling window (keep the "
             "system prompt and the latest turns). The transcript marks what was left out.",
         )
         self.output = _choices(
-            OUTPUT_KINDS,
+            OutputKind,
             "Free text: the model writes anything. JSON: every reply is one JSON object. JSON schema: every reply is "
             "JSON that follows the schema below (the engine allows only tokens that keep it valid).",
         )
+        self.show_tokens = QCheckBox("Token probabilities")
+        self.show_tokens.setToolTip(
+            f"Ask for each token's probability and its {TOKEN_ALTERNATIVES} likeliest alternatives; a reply's Tokens "
+            "button then shows it token by token (hover a token). Kept while the chat is open, not stored."
+        )
+
+    def _build_schema_editor(self) -> None:
         self.schema_editor = QPlainTextEdit()
         self.schema_editor.setObjectName("schemaEditor")
         self.schema_editor.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
@@ -108,41 +123,26 @@ class SamplingPanel(QWidget):
         self.schema_status.setObjectName("schemaError")
         self.schema_status.setWordWrap(True)
         self._schema = ""  # the last valid schema: what replies follow while the editor holds a bad one
-        self.show_tokens = QCheckBox("Token probabilities")
-        self.show_tokens.setToolTip(
-            f"Ask for each token's probability and its {TOKEN_ALTERNATIVES} likeliest alternatives; a reply's Tokens "
-            "button then shows it token by token (hover a token). Kept while the chat is open, not stored."
-        )
 
+    def _lay_out(self) -> None:
         form = QFormLayout()
-        form.addRow("Preset", self.preset)
-        form.addRow("Temperature", self.temperature)
-        form.addRow("Top-p", self.top_p)
-        form.addRow("Top-k", self.top_k)
-        form.addRow("Max tokens", self.max_tokens)
-        form.addRow("Seed", self.seed)
-        form.addRow("Repetition penalty", self.repetition_penalty)
-        form.addRow("Presence penalty", self.presence_penalty)
-        form.addRow("Frequency penalty", self.frequency_penalty)
+        for label, box in (("Preset", self.preset), ("Temperature", self.temperature), ("Top-p", self.top_p),
+                           ("Top-k", self.top_k), ("Max tokens", self.max_tokens), ("Seed", self.seed),
+                           ("Repetition penalty", self.repetition_penalty),
+                           ("Presence penalty", self.presence_penalty),
+                           ("Frequency penalty", self.frequency_penalty)):  # fmt: skip
+            form.addRow(label, box)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(8, 8, 8, 8)
-        title = QLabel("System prompt")
-        title.setObjectName("sectionTitle")
-        layout.addWidget(title)
+        layout.addWidget(_section_title("System prompt"))
         layout.addWidget(self.system_prompt)
-        sampling = QLabel("Sampling")
-        sampling.setObjectName("sectionTitle")
-        layout.addWidget(sampling)
+        layout.addWidget(_section_title("Sampling"))
         layout.addLayout(form)
-        context = QLabel("Context")
-        context.setObjectName("sectionTitle")
-        layout.addWidget(context)
+        layout.addWidget(_section_title("Context"))
         overflow_form = QFormLayout()
         overflow_form.addRow("When full", self.overflow)
         layout.addLayout(overflow_form)
-        output = QLabel("Output")
-        output.setObjectName("sectionTitle")
-        layout.addWidget(output)
+        layout.addWidget(_section_title("Output"))
         output_form = QFormLayout()
         output_form.addRow("Replies", self.output)
         layout.addLayout(output_form)
@@ -151,6 +151,7 @@ class SamplingPanel(QWidget):
         layout.addWidget(self.show_tokens)
         layout.addStretch(1)
 
+    def _connect(self) -> None:
         # typing a system prompt should not write the store on every key press
         self._prompt_timer = QTimer(self, singleShot=True, interval=400)
         self._prompt_timer.timeout.connect(self._emit)
@@ -165,8 +166,6 @@ class SamplingPanel(QWidget):
         self.output.currentIndexChanged.connect(self._on_output)
         self.schema_editor.textChanged.connect(self._on_schema_typed)
         self.show_tokens.toggled.connect(self._on_value)
-        self.set_settings(ChatSettings())
-        self._show_schema_state()
 
     def settings(self) -> ChatSettings:
         seed = self.seed.value()
@@ -180,8 +179,8 @@ class SamplingPanel(QWidget):
             repetition_penalty=round(self.repetition_penalty.value(), 2),
             presence_penalty=round(self.presence_penalty.value(), 2),
             frequency_penalty=round(self.frequency_penalty.value(), 2),
-            overflow=self.overflow.currentData() or OVERFLOW_STOP,
-            output=self.output.currentData() or OUTPUT_TEXT,
+            overflow=OverflowPolicy(self.overflow.currentData() or OverflowPolicy.STOP),
+            output=OutputKind(self.output.currentData() or OutputKind.TEXT),
             json_schema=self._schema,
             show_tokens=self.show_tokens.isChecked(),
         )
@@ -208,8 +207,8 @@ class SamplingPanel(QWidget):
             # in it, and the next key ("." of "0.3") would land after the rewritten text and be refused
             if round(box.value(), 4) != round(value, 4):
                 box.setValue(value)
-        self.overflow.setCurrentIndex(max(0, self.overflow.findData(settings.overflow)))
-        self.output.setCurrentIndex(max(0, self.output.findData(settings.output)))
+        self.overflow.setCurrentIndex(max(0, self.overflow.findData(settings.overflow.value)))
+        self.output.setCurrentIndex(max(0, self.output.findData(settings.output.value)))
         if settings.json_schema != self._schema:
             # another chat's or a stored schema; its own echo (the same schema) leaves a half-typed edit alone
             self._schema = settings.json_schema
@@ -247,7 +246,7 @@ class SamplingPanel(QWidget):
         self._show_schema_state()
 
     def _show_schema_state(self) -> None:
-        wanted = self.output.currentData() == OUTPUT_SCHEMA
+        wanted = self.output.currentData() == OutputKind.SCHEMA.value
         self.schema_editor.setVisible(wanted)
         self.schema_status.setVisible(wanted)
         if not wanted:

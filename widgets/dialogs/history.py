@@ -18,7 +18,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from widgets.chat.data import ChatSummary
+from domain.chat import ChatSummary
 
 Search = Callable[[str], list[ChatSummary]]
 

@@ -21,11 +21,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from domain.model_choice import ModelChoice
 from engine.core.config import EngineConfig
 from engine.errors import StudioError
 from widgets.background import BackgroundCall
 from widgets.chat.message_input import SEND_KEYS
-from widgets.model.choice import ModelChoice
 
 THEME_LABELS = {"system": "Follow the system", "light": "Light", "dark": "Dark"}
 
@@ -70,6 +70,18 @@ class SettingsDialog(QDialog):
         self._tester.succeeded.connect(lambda text: self._token_result(str(text), ok=True))
         self._tester.failed.connect(lambda text: self._token_result(text, ok=False))
 
+        groups = (self._appearance(values), self._model_at_start(values), self._engine(values.engine), self._hub())
+        self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Save | QDialogButtonBox.StandardButton.Cancel)
+        self.buttons.accepted.connect(self.accept)
+        self.buttons.rejected.connect(self.reject)
+        layout = QVBoxLayout(self)
+        for group in groups:
+            layout.addWidget(group)
+        layout.addWidget(self.buttons)
+        self._show_token_state()
+        self.resize(520, 0)
+
+    def _appearance(self, values: SettingsValues) -> QGroupBox:
         appearance = QGroupBox("Appearance and input")
         form = QFormLayout(appearance)
         self.theme = QComboBox()
@@ -87,13 +99,15 @@ class SettingsDialog(QDialog):
         form.addRow("Theme", self.theme)
         form.addRow("Font size", self.font_size)
         form.addRow("Sending", self.send_key)
+        return appearance
 
+    def _model_at_start(self, values: SettingsValues) -> QGroupBox:
         models = QGroupBox("Model at start")
         model_form = QFormLayout(models)
         self.default_model_label = QLabel(values.default_model.label)
         self.default_model_label.setWordWrap(True)
         use_current = QPushButton("Use the current model")
-        use_current.setEnabled(current_model is not None)
+        use_current.setEnabled(self._current_model is not None)
         use_current.clicked.connect(lambda: self._set_default_model(self._current_model))
         use_embedded = QPushButton("Use the embedded model")
         use_embedded.clicked.connect(lambda: self._set_default_model(ModelChoice(kv_memory_mib=self.kv.value())))
@@ -114,28 +128,30 @@ class SettingsDialog(QDialog):
         model_form.addRow("Default model", self.default_model_label)
         model_form.addRow("", buttons)
         model_form.addRow("KV cache budget", self.kv)
+        return models
 
+    def _engine(self, config: EngineConfig) -> QGroupBox:
         engine = QGroupBox("Engine (applies when a model loads)")
         engine_form = QFormLayout(engine)
         self.page_size = QSpinBox()
         self.page_size.setRange(1, 256)
         self.page_size.setSuffix(" tokens")
-        self.page_size.setValue(values.engine.page_size)
+        self.page_size.setValue(config.page_size)
         self.page_size.setToolTip("Tokens per KV-cache page: smaller pages waste less memory, larger ones cost less")
         self.max_running = QSpinBox()
         self.max_running.setRange(1, 1024)
-        self.max_running.setValue(values.engine.max_running)
+        self.max_running.setValue(config.max_running)
         self.max_running.setToolTip("Most replies decoded together in one step")
         self.step_tokens = QSpinBox()
         self.step_tokens.setRange(0, 65536)
         self.step_tokens.setSingleStep(64)
         self.step_tokens.setSpecialValueText("auto (256 on a CPU, 2048 on a GPU)")
-        self.step_tokens.setValue(values.engine.max_step_tokens or 0)
+        self.step_tokens.setValue(config.max_step_tokens or 0)
         self.step_tokens.setToolTip("Tokens computed in one step; long prompts are prefilled in chunks of it")
         self.prefix_caching = QCheckBox("Share the KV pages of a common prefix (system prompt, history)")
-        self.prefix_caching.setChecked(values.engine.prefix_caching)
+        self.prefix_caching.setChecked(config.prefix_caching)
         self.compiled_step = QCheckBox("Run decode steps as one C++ call (compiled for this CPU on first use)")
-        self.compiled_step.setChecked(values.engine.compiled_step)
+        self.compiled_step.setChecked(config.compiled_step)
         self.compiled_step.setToolTip(
             "Needs a C++ compiler (g++ or clang); without one, or off, every step runs through the Python layers"
         )
@@ -144,8 +160,10 @@ class SettingsDialog(QDialog):
         engine_form.addRow("Step token budget", self.step_tokens)
         engine_form.addRow("Prefix caching", self.prefix_caching)
         engine_form.addRow("Compiled step", self.compiled_step)
-        self._engine_defaults = values.engine
+        self._engine_defaults = config
+        return engine
 
+    def _hub(self) -> QGroupBox:
         hub = QGroupBox("Hugging Face hub token")
         hub_layout = QVBoxLayout(hub)
         self.token = QLineEdit()
@@ -167,16 +185,7 @@ class SettingsDialog(QDialog):
         hub_layout.addWidget(self.token)
         hub_layout.addLayout(token_buttons)
         hub_layout.addWidget(self.token_state)
-
-        self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Save | QDialogButtonBox.StandardButton.Cancel)
-        self.buttons.accepted.connect(self.accept)
-        self.buttons.rejected.connect(self.reject)
-        layout = QVBoxLayout(self)
-        for widget in (appearance, models, engine, hub):
-            layout.addWidget(widget)
-        layout.addWidget(self.buttons)
-        self._show_token_state()
-        self.resize(520, 0)
+        return hub
 
     def values(self) -> SettingsValues:
         return SettingsValues(

@@ -19,9 +19,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from domain.model_choice import ModelChoice
 from engine.load.estimate import MemoryEstimate
 from widgets.background import BackgroundCall
-from widgets.model.choice import ModelChoice
 from widgets.model.estimate_box import EstimateBox
 from widgets.model.source_box import HUB, ModelSourceBox
 

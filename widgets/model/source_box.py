@@ -18,7 +18,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from widgets.model.choice import ModelChoice
+from domain.model_choice import ModelChoice
 
 EMBEDDED, RECENT, FOLDER, GGUF, HUB = "embedded", "recent", "folder", "gguf", "hub"
 SOURCES = {

@@ -8,10 +8,24 @@ import re
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from difflib import SequenceMatcher
+from enum import StrEnum
 
 from engine.types import Alternative, TokenLogprob
 
-__all__ = ["Alternative", "TokenEntry", "describe", "diff_flags", "entries_from_logprobs", "split_words"]
+__all__ = ["Alternative", "TokenEntry", "TokenKind", "describe", "diff_flags", "entries_from_logprobs", "split_words"]
+
+
+class TokenKind(StrEnum):
+    """What one entry of a token view is: a model's token, a stream's piece of text (a remote without tokens), or a
+    word (a text split for a diff)."""
+
+    TOKEN = "token"
+    CHUNK = "chunk"
+    WORD = "word"
+
+    @property
+    def label(self) -> str:
+        return "streamed text" if self is TokenKind.CHUNK else self.value
 
 
 @dataclass(frozen=True)
@@ -23,7 +37,7 @@ class TokenEntry:
     logprob: float | None = None
     alternatives: tuple[Alternative, ...] = ()
     token_ids: tuple[int, ...] = ()
-    kind: str = "token"  # "token", "chunk" (a stream's piece of text), "word"
+    kind: TokenKind = TokenKind.TOKEN
 
     @property
     def probability(self) -> float | None:
@@ -53,7 +67,7 @@ _WORD = re.compile(r"\s*\S+|\s+")
 
 def split_words(text: str) -> list[TokenEntry]:
     """Words with the whitespace before them (so the pieces join back into the text)."""
-    return [TokenEntry(piece, kind="word") for piece in _WORD.findall(text)]
+    return [TokenEntry(piece, kind=TokenKind.WORD) for piece in _WORD.findall(text)]
 
 
 def diff_flags(a: Sequence[Hashable], b: Sequence[Hashable]) -> tuple[list[bool], list[bool]]:
@@ -72,13 +86,13 @@ def _shown(text: str) -> str:
 
 def describe(entry: TokenEntry) -> str:
     """The hover text of an entry: what it is, its probability and the alternatives, or that they are unknown."""
-    what = {"token": "token", "chunk": "streamed text", "word": "word"}.get(entry.kind, entry.kind)
+    what = entry.kind.label
     ids = f"  (id {', '.join(map(str, entry.token_ids))})" if entry.token_ids else ""
     lines = [f"{what} “{_shown(entry.text)}”{ids}"]
     if entry.probability is not None:
         lines.append(f"probability {entry.probability:.1%} (log-probability {entry.logprob:.3f})")
         for alt in entry.alternatives:
             lines.append(f"  or “{_shown(alt.text)}”: {math.exp(alt.logprob):.1%}")
-    elif entry.kind == "token":
+    elif entry.kind is TokenKind.TOKEN:
         lines.append("no probabilities reported for this token")
     return "\n".join(lines)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from app.chat.context_fit import ContextLimits, approximate_count, fit_conversation, limits_for, overflow_message
-from widgets.chat.data import OVERFLOW_ROLLING, OVERFLOW_STOP, OVERFLOW_TRUNCATE_MIDDLE, ChatMessage
+from domain.chat import ChatMessage, OverflowPolicy
 
 
 def words(messages: list[dict]) -> int:
@@ -25,21 +25,21 @@ def chat(turns: int, words_each: int = 5) -> list[ChatMessage]:
 
 
 def test_a_conversation_that_fits_goes_out_whole() -> None:
-    fit = fit_conversation("be brief", chat(2), LIMITS, OVERFLOW_STOP, max_tokens=100)
+    fit = fit_conversation("be brief", chat(2), LIMITS, OverflowPolicy.STOP, max_tokens=100)
     assert fit.fits and fit.dropped == []
     assert [m["role"] for m in fit.messages] == ["system", "user", "assistant", "user", "assistant", "user"]
     assert fit.prompt_tokens == 3 + 4 * 6 + 3 and fit.system_tokens == 3
 
 
 def test_stop_sends_nothing_once_the_prompt_no_longer_fits() -> None:
-    fit = fit_conversation("", chat(7), LIMITS, OVERFLOW_STOP, max_tokens=100)
+    fit = fit_conversation("", chat(7), LIMITS, OverflowPolicy.STOP, max_tokens=100)
     assert not fit.fits and fit.dropped == [] and fit.prompt_tokens == 14 * 6 + 3
-    assert "no longer fits the model's context of 40 tokens" in overflow_message(fit, LIMITS, OVERFLOW_STOP)
+    assert "no longer fits the model's context of 40 tokens" in overflow_message(fit, LIMITS, OverflowPolicy.STOP)
 
 
 def test_truncate_the_middle_keeps_the_system_prompt_and_first_exchange() -> None:
     messages = chat(7)
-    fit = fit_conversation("be brief", messages, LIMITS, OVERFLOW_TRUNCATE_MIDDLE, max_tokens=5)
+    fit = fit_conversation("be brief", messages, LIMITS, OverflowPolicy.TRUNCATE_MIDDLE, max_tokens=5)
     assert fit.fits and fit.prompt_tokens + 5 <= 40
     kept = [m["content"].split()[0] for m in fit.messages]
     assert kept[:3] == ["be", "u0", "a0"] and kept[-1] == "newest"
@@ -50,7 +50,7 @@ def test_truncate_the_middle_keeps_the_system_prompt_and_first_exchange() -> Non
 
 def test_a_rolling_window_keeps_the_system_prompt_and_the_latest_turns() -> None:
     messages = chat(7)
-    fit = fit_conversation("be brief", messages, LIMITS, OVERFLOW_ROLLING, max_tokens=5)
+    fit = fit_conversation("be brief", messages, LIMITS, OverflowPolicy.ROLLING, max_tokens=5)
     assert fit.fits
     assert fit.dropped == list(range(len(fit.dropped)))  # from the very start
     kept = [m["content"].split()[0] for m in fit.messages]
@@ -60,7 +60,7 @@ def test_a_rolling_window_keeps_the_system_prompt_and_the_latest_turns() -> None
 
 def test_as_few_turns_as_possible_are_dropped_and_room_is_left_for_a_reply() -> None:
     messages = chat(7)
-    fit = fit_conversation("", messages, LIMITS, OVERFLOW_ROLLING, max_tokens=10)  # room: min(10, 40 // 4) = 10
+    fit = fit_conversation("", messages, LIMITS, OverflowPolicy.ROLLING, max_tokens=10)  # room: min(10, 40 // 4) = 10
     assert fit.prompt_tokens + 10 <= 40
     one_more = [{"role": m.role, "content": m.content} for m in messages[len(fit.dropped) - 2 :]]
     assert words(one_more) + 10 > 40  # keeping one more turn would not have fit
@@ -68,21 +68,21 @@ def test_as_few_turns_as_possible_are_dropped_and_room_is_left_for_a_reply() -> 
 
 def test_when_even_the_newest_message_does_not_fit_nothing_is_sent() -> None:
     messages = [*chat(2)[:-1], ChatMessage("user", "word " * 60)]
-    fit = fit_conversation("", messages, LIMITS, OVERFLOW_ROLLING, max_tokens=5)
+    fit = fit_conversation("", messages, LIMITS, OverflowPolicy.ROLLING, max_tokens=5)
     assert not fit.fits
-    assert "leave no room for a reply" in overflow_message(fit, LIMITS, OVERFLOW_ROLLING)
+    assert "leave no room for a reply" in overflow_message(fit, LIMITS, OverflowPolicy.ROLLING)
 
 
 def test_an_unknown_context_sends_everything_and_counts_roughly() -> None:
     unknown = ContextLimits(length=None)
-    fit = fit_conversation("", chat(20), unknown, OVERFLOW_STOP, max_tokens=5)
+    fit = fit_conversation("", chat(20), unknown, OverflowPolicy.STOP, max_tokens=5)
     assert fit.fits and fit.dropped == [] and fit.prompt_tokens == approximate_count(fit.messages)
 
 
 def test_failed_replies_without_text_are_not_counted_or_sent() -> None:
     messages = chat(1)
     messages.insert(2, ChatMessage("assistant", "", error="the engine failed"))
-    fit = fit_conversation("", messages, LIMITS, OVERFLOW_STOP, max_tokens=5)
+    fit = fit_conversation("", messages, LIMITS, OverflowPolicy.STOP, max_tokens=5)
     assert len(fit.messages) == 3
 
 

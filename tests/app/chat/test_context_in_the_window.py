@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from domain.chat import ChatMessage, OverflowPolicy
 from tests.app.conftest import settings, wait_idle
-from widgets.chat.data import OVERFLOW_ROLLING, OVERFLOW_STOP, OVERFLOW_TRUNCATE_MIDDLE, ChatMessage
 
 
 def long_history(turns: int = 12, words: int = 160) -> list[ChatMessage]:
@@ -35,8 +35,8 @@ def test_the_meter_counts_prompt_and_reply_against_the_context_and_the_pages_hel
     wait_idle(qtbot, chat)
     usage = chat.context.usage
     stats = chat.messages[-1].stats
-    assert usage.system_tokens > 0 and usage.reply_tokens == stats["output_tokens"] == 400
-    assert usage.used == stats["prompt_tokens"] + 400
+    assert usage.system_tokens > 0 and usage.reply_tokens == stats.output_tokens == 400
+    assert usage.used == stats.prompt_tokens + 400
     assert chat.panel.meter.text.startswith(f"Context {usage.used:,} / 2,048 tokens")
     qtbot.waitUntil(lambda: (window.refresh_status(), chat.context.usage.pages_cached > 0)[1], timeout=5000)
     assert chat.context.usage.pages_held == 0
@@ -45,7 +45,7 @@ def test_the_meter_counts_prompt_and_reply_against_the_context_and_the_pages_hel
 
 def test_stop_says_why_nothing_was_sent_and_offers_to_truncate(qtbot, make_window, ignore_eos) -> None:
     window = make_window()
-    chat = window.tabs.new_chat(settings(max_tokens=8, overflow=OVERFLOW_STOP), "Long", long_history())
+    chat = window.tabs.new_chat(settings(max_tokens=8, overflow=OverflowPolicy.STOP), "Long", long_history())
     assert chat.context.usage.used > 2048 and "(100%)" in chat.panel.meter.text
     assert chat.send("and one more thing")
     wait_idle(qtbot, chat)
@@ -54,15 +54,15 @@ def test_stop_says_why_nothing_was_sent_and_offers_to_truncate(qtbot, make_windo
     notice = chat.panel.notice
     assert notice.isVisible() and notice.action_button.text() == "Truncate the middle and retry"
     notice.action_button.click()
-    assert chat.settings.overflow == OVERFLOW_TRUNCATE_MIDDLE
+    assert chat.settings.overflow == OverflowPolicy.TRUNCATE_MIDDLE
     wait_idle(qtbot, chat)
-    assert chat.messages[-1].finish_reason == "length" and chat.messages[-1].stats["prompt_tokens"] < 2048
+    assert chat.messages[-1].finish_reason == "length" and chat.messages[-1].stats.prompt_tokens < 2048
 
 
 def test_truncating_the_middle_marks_the_dropped_turns_in_the_transcript(qtbot, make_window, ignore_eos) -> None:
     window = make_window()
     history = long_history()
-    chat = window.tabs.new_chat(settings(max_tokens=8, overflow=OVERFLOW_TRUNCATE_MIDDLE), "Long", history)
+    chat = window.tabs.new_chat(settings(max_tokens=8, overflow=OverflowPolicy.TRUNCATE_MIDDLE), "Long", history)
     assert chat.send("and one more thing")
     wait_idle(qtbot, chat)
     assert chat.messages[-1].finish_reason == "length"
@@ -78,7 +78,7 @@ def test_truncating_the_middle_marks_the_dropped_turns_in_the_transcript(qtbot, 
 
 def test_a_rolling_window_drops_the_oldest_turns(qtbot, make_window, ignore_eos) -> None:
     window = make_window()
-    chat = window.tabs.new_chat(settings(max_tokens=8, overflow=OVERFLOW_ROLLING), "Long", long_history())
+    chat = window.tabs.new_chat(settings(max_tokens=8, overflow=OverflowPolicy.ROLLING), "Long", long_history())
     assert chat.send("and one more thing")
     wait_idle(qtbot, chat)
     assert chat.messages[-1].finish_reason == "length"
@@ -95,5 +95,5 @@ def test_a_reply_that_runs_into_the_end_of_the_context_says_so(qtbot, make_windo
     assert chat.send("go on")
     wait_idle(qtbot, chat, timeout=120_000)
     stats = chat.messages[-1].stats
-    assert stats["prompt_tokens"] + stats["output_tokens"] >= 2047
+    assert stats.prompt_tokens + stats.output_tokens >= 2047
     assert "stopped at the end of the model's context (2,048 tokens)" in chat.panel.notice.text

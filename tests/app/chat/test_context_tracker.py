@@ -6,6 +6,7 @@ import pytest
 
 from app.chat import context_tracker
 from app.chat.context_tracker import STREAMING_SHOW_S, ChatContext
+from domain.reply_stats import ReplyStats
 from engine.core.metrics import PageMap
 from engine.types import TokenEvent
 
@@ -49,5 +50,5 @@ def test_a_streaming_count_reaches_the_meter_a_few_times_a_second_and_the_last_i
     context.pages(status_refresh, "r1")  # ... until anything else touches the meter (the 4 Hz status bar)
     assert panel.shown[-1] == 30
     context.streamed(token(2))
-    context.finished({"output_tokens": 40})  # the end shows at once
+    context.finished(ReplyStats(output_tokens=40))  # the end shows at once
     assert panel.shown[-1] == 40

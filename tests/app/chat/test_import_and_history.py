@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from widgets.chat.data import ChatMessage
+from domain.chat import ChatMessage
 
 
 def imported(qtbot, window, path) -> bool:

@@ -12,6 +12,7 @@ import pytest
 
 from app.chat.chat_file import MAX_FILE_BYTES
 from app.chat.export import ChatImportError, from_json, read_chat
+from domain.reply_stats import ReplyStats
 
 GOOD = {
     "format": "inference-studio-chat",
@@ -120,4 +121,4 @@ def test_a_big_file_is_read_off_the_ui_thread(qtbot, make_window, tmp_path, monk
         window.import_chat(path)
     timer.stop()
     assert imported.args == [True] and len(ticks) >= 5  # the loop ran during the read
-    assert window.tabs.current.messages[1].stats == {"output_tokens": 1, "ttft_s": 0.1}
+    assert window.tabs.current.messages[1].stats == ReplyStats(output_tokens=1, ttft_s=0.1)

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 import math
 
+from domain import json_schema
+from domain.chat import OutputKind
 from tests.app.conftest import settings, wait_idle
-from widgets.chat import data as chat_data
-from widgets.chat.data import OUTPUT_JSON, OUTPUT_SCHEMA
 
 # bounded (no free keys, an enum), so even a random model closes the object long before max_tokens
 SCHEMA = {
@@ -22,7 +22,7 @@ SCHEMA = {
 def test_a_schema_chat_writes_json_that_shows_pretty_printed(qtbot, make_window) -> None:
     window = make_window()
     chat = window.tabs.current
-    chat.set_settings(settings(max_tokens=60, output=OUTPUT_SCHEMA, json_schema=json.dumps(SCHEMA)))
+    chat.set_settings(settings(max_tokens=60, output=OutputKind.SCHEMA, json_schema=json.dumps(SCHEMA)))
     assert chat.send("give me the answer as JSON")
     wait_idle(qtbot, chat)
     reply = chat.messages[-1]
@@ -40,10 +40,10 @@ def test_a_schema_the_engine_refuses_is_said_on_the_reply(qtbot, make_window, mo
     chat = window.tabs.current
     refused = {"type": "object", "properties": {"a": {"$ref": "#/definitions/missing"}}, "required": ["a"]}
     # the schema editor and a settings file never keep a schema the engine's compiler refuses ...
-    assert settings(output=OUTPUT_SCHEMA, json_schema=json.dumps(refused)).json_schema == ""
+    assert settings(output=OutputKind.SCHEMA, json_schema=json.dumps(refused)).json_schema == ""
     # ... so the engine's own refusal is reached with one that slipped past them (a check that missed it)
-    monkeypatch.setattr(chat_data, "_compiler_problem", lambda schema: None)
-    chat.set_settings(settings(output=OUTPUT_SCHEMA, json_schema=json.dumps(refused)))
+    monkeypatch.setattr(json_schema, "_compiler_problem", lambda schema: None)
+    chat.set_settings(settings(output=OutputKind.SCHEMA, json_schema=json.dumps(refused)))
     assert chat.send("hello")
     wait_idle(qtbot, chat)
     reply = chat.messages[-1]
@@ -61,7 +61,7 @@ def test_token_probabilities_give_each_reply_a_token_view(qtbot, make_window, ig
     wait_idle(qtbot, chat)
     view = chat.panel.transcript.views[-1]
     entries = view.tokens
-    assert len(entries) == chat.messages[-1].stats["output_tokens"] == 8
+    assert len(entries) == chat.messages[-1].stats.output_tokens == 8
     # each token's own text: special tokens the reply's text skips (a random model writes some) show here too
     visible = "".join(e.text for e in entries if not (e.text.startswith("<|") and e.text.endswith("|>")))
     assert visible == chat.messages[-1].content
@@ -84,16 +84,18 @@ def test_the_output_settings_are_kept_with_the_chat(qtbot, make_window) -> None:
     window = make_window(load=False)
     chat = window.tabs.current
     chat.set_settings(
-        settings(output=OUTPUT_SCHEMA, json_schema=json.dumps(SCHEMA, indent=2), show_tokens=True, presence_penalty=0.5)
+        settings(
+            output=OutputKind.SCHEMA, json_schema=json.dumps(SCHEMA, indent=2), show_tokens=True, presence_penalty=0.5
+        )
     )
-    second = window.tabs.new_chat(settings(output=OUTPUT_JSON))
+    second = window.tabs.new_chat(settings(output=OutputKind.JSON))
     kept = (chat.settings, second.settings)
     window.close()
     reopened = make_window(load=False)
     first, other = reopened.tabs.controllers
     assert (first.settings, other.settings) == kept
     panel = first.panel.sampling
-    assert panel.output.currentData() == OUTPUT_SCHEMA and panel.show_tokens.isChecked()
+    assert panel.output.currentData() == OutputKind.SCHEMA and panel.show_tokens.isChecked()
     assert panel.presence_penalty.value() == 0.5 and first.settings.to_params().presence_penalty == 0.5
     assert panel.schema_editor.toPlainText() == json.dumps(SCHEMA, indent=2)
     assert panel.schema_status.text().startswith("Valid schema")

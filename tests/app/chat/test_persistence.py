@@ -11,8 +11,8 @@ import subprocess
 import sys
 import time
 
+from domain.chat import INTERRUPTED, format_stats
 from tests.app.conftest import settings, wait_idle
-from widgets.chat.data import INTERRUPTED, format_stats
 
 
 def test_tabs_messages_and_settings_reopen_after_a_restart(qtbot, make_window) -> None:
@@ -36,7 +36,7 @@ def test_tabs_messages_and_settings_reopen_after_a_restart(qtbot, make_window) -
     assert after == before
     assert [c.title for c in reopened.tabs.controllers] == ["Foxes", "Chat 1"]
     assert reopened.tabs.current.title == "Foxes"  # the tab in front stays in front
-    assert reopened.tabs.controllers[0].messages[-1].stats["output_tokens"] == 3
+    assert reopened.tabs.controllers[0].messages[-1].stats.output_tokens == 3
     views = reopened.tabs.controllers[1].panel.transcript.views
     assert views[-1].text == before[1][2][-1][1]
     assert reopened.tabs.controllers[1].panel.sampling.system_prompt.toPlainText() == "You are terse."
@@ -61,7 +61,7 @@ def test_quitting_mid_reply_keeps_its_text_and_statistics_like_esc(qtbot, make_w
     assert quitted[1].finish_reason == "abort" and quitted[1].content == quit_.messages[-1].content
     assert quitted[1].error is None  # ended, not interrupted
     assert esc[1].stats is not None and quitted[1].stats is not None
-    assert set(quitted[1].stats) == set(esc[1].stats) and quitted[1].stats["output_tokens"] > 0
+    assert quitted[1].stats.to_dict().keys() == esc[1].stats.to_dict().keys() and quitted[1].stats.output_tokens > 0
     assert format_stats(quitted[1]).endswith("stopped") and "tokens" in format_stats(quitted[1])
 
 

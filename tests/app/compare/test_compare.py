@@ -7,9 +7,9 @@ import pytest
 
 from app.compare.diff import BY_TOKEN, BY_WORD, compare_replies
 from app.compare.targets import LOADED, compare_targets
+from domain.model_choice import ModelChoice
 from engine.load.loader import ModelInfo
-from widgets.model.choice import ModelChoice
-from widgets.tokens.data import TokenEntry
+from widgets.tokens.data import TokenEntry, TokenKind
 
 PROMPT = "Tell me about the sea."
 
@@ -52,7 +52,7 @@ def test_replies_compare_by_token_with_one_tokenizer_and_by_word_otherwise() -> 
     assert same.summaries[0].endswith("compared by token")
     other = compare_replies([a, b], ["k", "j"])
     assert other.mode == BY_WORD and "the tokenizers differ" in other.summaries[0]
-    chunks = [TokenEntry("The sea", kind="chunk"), TokenEntry(" is", kind="chunk")]
+    chunks = [TokenEntry("The sea", kind=TokenKind.CHUNK), TokenEntry(" is", kind=TokenKind.CHUNK)]
     remote = compare_replies([a, chunks], ["k", None])
     assert remote.mode == BY_WORD and remote.identical and "a remote sends text" in remote.summaries[0]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from app.hosting.model_switcher import FINISH, STOP
+from domain.model_choice import ModelChoice
 from tests.app.conftest import settings, wait_idle
-from widgets.model.choice import ModelChoice
 
 
 def test_a_prompt_too_long_is_shown_in_its_tab_while_another_tab_streams(qtbot, make_window, ignore_eos) -> None:
@@ -24,7 +24,7 @@ def test_a_prompt_too_long_is_shown_in_its_tab_while_another_tab_streams(qtbot, 
     assert window.store.load_chat(broken.chat_id).messages[-1].error == reply.error
     assert streaming.streaming
     wait_idle(qtbot, streaming)
-    assert streaming.messages[-1].finish_reason == "length" and streaming.messages[-1].stats["output_tokens"] == 300
+    assert streaming.messages[-1].finish_reason == "length" and streaming.messages[-1].stats.output_tokens == 300
 
 
 def test_an_engine_error_mid_reply_is_inline_and_the_chat_goes_on(qtbot, make_window, ignore_eos) -> None:
@@ -130,7 +130,7 @@ def test_a_new_model_waits_for_replies_to_finish_and_then_takes_new_messages(
         assert window.bridge.thread is old_thread
     wait_idle(qtbot, chat)
     qtbot.waitUntil(lambda: bool(changed), timeout=30_000)
-    assert chat.messages[-1].finish_reason == "length" and chat.messages[-1].stats["output_tokens"] == 400
+    assert chat.messages[-1].finish_reason == "length" and chat.messages[-1].stats.output_tokens == 400
     assert window.bridge.thread is not old_thread
     qtbot.waitUntil(lambda: not old_thread.alive, timeout=30_000)
     for controller in window.tabs.controllers:

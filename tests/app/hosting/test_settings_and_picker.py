@@ -8,11 +8,11 @@ import pytest
 
 from app.hosting.hub_token import KeyringTokens
 from app.hosting.picker_advisor import EngineAdvisor
+from domain.model_choice import ModelChoice
 from engine.credentials import HUB_TOKEN, SERVICE
 from engine.errors import HubError
 from engine.load.estimate import format_bytes
 from widgets.dialogs.settings import SettingsDialog, SettingsValues
-from widgets.model.choice import ModelChoice
 from widgets.model.picker import ModelPickerDialog
 
 TOKEN = "hf_TestTokenThatMustNeverBeInAFile123"

@@ -48,7 +48,7 @@ def test_a_chat_streams_from_the_remote_beside_a_local_one(window_with_remote, q
     for chat in (remote_chat, local_chat):
         reply = chat.messages[-1]
         assert reply.error is None and reply.finish_reason == "length" and reply.content
-        assert reply.stats["output_tokens"] == 16 and reply.stats["ttft_s"] > 0
+        assert reply.stats.output_tokens == 16 and reply.stats.ttft_s > 0
     # the chat remembers its backend
     assert window.store.load_chat(remote_chat.chat_id).backend == REMOTE
 
@@ -192,10 +192,8 @@ def test_a_taken_port_is_reported_and_the_toggle_goes_off(make_window, qtbot) ->
 
 
 def test_the_dashboard_follows_a_remote_chat_and_plots_what_the_server_reports(window_with_remote, qtbot) -> None:
-    from app.window.dashboard_setup import install_studio_dashboard
-
     window = window_with_remote
-    dashboard = install_studio_dashboard(window)
+    dashboard = window.add_dashboard()
     window.actions.dashboard.trigger()
     client = window.remote.current_client()
     panel = dashboard.remote

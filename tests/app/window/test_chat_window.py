@@ -28,7 +28,7 @@ def test_two_tabs_stream_at_the_same_time_and_their_events_interleave(qtbot, mak
     assert len(frames) < len(order), "events must reach the UI batched per frame, not one signal per token"
     for controller in (first, second):
         reply = controller.messages[-1]
-        assert reply.role == "assistant" and reply.finish_reason == "length" and reply.stats["output_tokens"] == 120
+        assert reply.role == "assistant" and reply.finish_reason == "length" and reply.stats.output_tokens == 120
         shown = controller.panel.transcript.views[-1]
         assert shown.text == reply.content and "120 tokens" in shown.stats_label.text()
 
@@ -56,7 +56,7 @@ def test_stop_keeps_the_partial_reply_and_stores_it(qtbot, make_window, ignore_e
     wait_idle(qtbot, chat)
     reply = chat.messages[-1]
     assert reply.finish_reason == "abort" and reply.content
-    assert reply.stats["output_tokens"] < 1900
+    assert reply.stats.output_tokens < 1900
     assert "stopped" in chat.panel.transcript.views[-1].stats_label.text()
     stored = window.store.load_chat(chat.chat_id)
     assert stored.messages[-1].content == reply.content and stored.messages[-1].finish_reason == "abort"

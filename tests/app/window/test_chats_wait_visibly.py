@@ -7,7 +7,6 @@ import threading
 
 import pytest
 
-from app.window.dashboard_setup import install_studio_dashboard
 from engine.experiments import catalog
 from engine.experiments.plumbing import ExperimentCancelled
 from tests.app.conftest import settings, wait_idle
@@ -34,7 +33,7 @@ def test_a_chat_sent_during_an_experiment_waits_visibly_and_stop_lets_it_go_on(
     qtbot, make_window, endless_experiment
 ) -> None:
     window = make_window()
-    install_studio_dashboard(window)
+    window.add_dashboard()
     chat = window.tabs.current
     chat.set_settings(settings(max_tokens=8))
     assert window.experiments.run("capacity")
@@ -50,7 +49,7 @@ def test_a_chat_sent_during_an_experiment_waits_visibly_and_stop_lets_it_go_on(
     notice.action_button.click()
     wait_idle(qtbot, chat)
     reply = chat.messages[-1]
-    assert reply.error is None and reply.stats["output_tokens"] > 0  # sent once the experiment ended
+    assert reply.error is None and reply.stats.output_tokens > 0  # sent once the experiment ended
     assert not notice.isVisible() or "Capacity" not in notice.text
     window.refresh_status()
     assert "Capacity" not in window.status.requests.text()
@@ -58,7 +57,7 @@ def test_a_chat_sent_during_an_experiment_waits_visibly_and_stop_lets_it_go_on(
 
 def test_a_new_tab_opened_during_an_experiment_waits_too(qtbot, make_window, endless_experiment) -> None:
     window = make_window()
-    install_studio_dashboard(window)
+    window.add_dashboard()
     assert window.experiments.run("capacity")
     assert endless_experiment.wait(30)
     chat = window.tabs.new_chat(settings(max_tokens=4))
@@ -66,4 +65,4 @@ def test_a_new_tab_opened_during_an_experiment_waits_too(qtbot, make_window, end
     assert "waiting for the Capacity experiment" in chat.panel.transcript.views[-1]._status.text()
     window.experiments.cancel()
     wait_idle(qtbot, chat)
-    assert chat.messages[-1].stats["output_tokens"] > 0
+    assert chat.messages[-1].stats.output_tokens > 0

@@ -6,7 +6,8 @@ import pytest
 from PySide6.QtCore import QObject, QSettings, Signal
 from PySide6.QtWidgets import QDockWidget, QMainWindow, QWidget
 
-from app.window.dashboard_setup import install_studio_dashboard
+from app.window.dashboard_setup import DashboardHost, StudioDashboard, install_studio_dashboard
+from app.window.menus import MenuId, Menus
 
 
 class FakeBridge(QObject):
@@ -26,13 +27,21 @@ class FakeWindow(QMainWindow):
         self.bridge = FakeBridge()
         self.dashboard: QWidget | None = None
         self.dashboard_dock = QDockWidget("Dashboard", self)
-        self.menuBar().addMenu("&View")
-        self.menuBar().addMenu("&Help")
+        self.menus = Menus(self.menuBar())
+        self.menus.add(MenuId.VIEW, "&View")
+        self.menus.add(MenuId.HELP, "&Help")
+        self.experiments = None
 
     def install_dashboard(self, widget: QWidget, show: bool = False) -> QDockWidget:
         self.dashboard = widget
         self.dashboard_dock.setWidget(widget)
         return self.dashboard_dock
+
+    def install_studio_dashboard(self, settings: QSettings) -> StudioDashboard:
+        host = DashboardHost(self, self.bridge, self.dashboard_dock, self.install_dashboard, self.menus, settings)
+        installed = install_studio_dashboard(host)
+        self.experiments = installed.experiments
+        return installed
 
 
 @pytest.fixture
@@ -56,7 +65,7 @@ def worker(tiny_model_dir):
 def test_the_source_follows_the_loaded_model_and_the_menu_is_there(qtbot, settings, worker) -> None:
     window = FakeWindow()
     qtbot.addWidget(window)
-    dashboard = install_studio_dashboard(window, settings)
+    dashboard = window.install_studio_dashboard(settings).dashboard
     assert window.dashboard is dashboard and dashboard.source is None
     assert dashboard.source_label.text() == "no model loaded"
     menus = [a.text() for a in window.menuBar().actions()]
@@ -72,27 +81,27 @@ def test_the_source_follows_the_loaded_model_and_the_menu_is_there(qtbot, settin
 def test_panel_choices_are_remembered(qtbot, settings) -> None:
     first = FakeWindow()
     qtbot.addWidget(first)
-    dashboard = install_studio_dashboard(first, settings)
+    dashboard = first.install_studio_dashboard(settings).dashboard
     dashboard.set_panel_visible("page_map", False)
     dashboard.window_box.setCurrentText("last 10 min")
     second = FakeWindow()
     qtbot.addWidget(second)
-    again = install_studio_dashboard(second, settings)
+    again = second.install_studio_dashboard(settings).dashboard
     assert "page_map" not in again.visible_panels() and again.window_s == 600.0
 
 
 def test_experiments_need_a_model(qtbot, settings) -> None:
     window = FakeWindow()
     qtbot.addWidget(window)
-    install_studio_dashboard(window, settings)
+    window.install_studio_dashboard(settings)
     assert not window.experiments.run("batching")
 
 
-def test_in_the_studio_window_a_chat_and_an_experiment_show_on_the_dashboard(qtbot, make_window, settings) -> None:
+def test_in_the_studio_window_a_chat_and_an_experiment_show_on_the_dashboard(qtbot, make_window) -> None:
     from engine.experiments.plumbing import ExperimentSizes
 
     window = make_window()
-    dashboard = install_studio_dashboard(window, settings)
+    dashboard = window.add_dashboard()
     assert dashboard.source == window.bridge.thread.metrics.snapshot  # the model loaded before the dashboard
     assert "E&xperiments" in [a.text() for a in window.menuBar().actions()]
     window.actions.dashboard.trigger()  # View > Dashboard

@@ -6,8 +6,6 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QAbstractScrollArea
 
-from app.window.dashboard_setup import install_studio_dashboard
-
 CAPACITY_COLUMNS = ["chat length", "pages each", "fit in 48", "that many", "one more"]
 CAPACITY_ROWS = [
     ["64 tokens", "4", "12", "12 need 48 of 48 pages: no preemption", "13 need 52 of 48 pages: 2 preemptions"],
@@ -30,7 +28,7 @@ def sideways_scrolling(widget) -> list[str]:
 def test_the_results_table_fits_the_docked_dashboard_without_scrolling_sideways(qtbot, make_window) -> None:
     window = make_window(load=False)
     window.resize(1280, 800)
-    dashboard = install_studio_dashboard(window, window.settings.qsettings)
+    dashboard = window.add_dashboard()
     window.actions.dashboard.trigger()
     window.resizeDocks([window.dashboard_dock], [440], Qt.Orientation.Horizontal)
     dashboard.show_experiment_result(

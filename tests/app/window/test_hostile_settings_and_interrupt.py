@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from widgets.model.choice import ModelChoice
+from domain.model_choice import ModelChoice
 
 HOSTILE_INI = r"""[ui]
 theme=purple

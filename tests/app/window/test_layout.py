@@ -6,7 +6,6 @@ import pytest
 from PySide6.QtCore import QPoint, Qt
 from PySide6.QtWidgets import QApplication, QToolButton
 
-from app.window.dashboard_setup import install_studio_dashboard
 from widgets.chat.panel import CHAT_MIN_WIDTH
 
 
@@ -16,7 +15,7 @@ def docked(qtbot, make_window):
 
     def build(width: int = 1280, height: int = 800):
         window = make_window(load=False)
-        install_studio_dashboard(window)
+        window.add_dashboard()
         window.resize(width, height)
         window.dashboard_dock.show()
         settle(qtbot)

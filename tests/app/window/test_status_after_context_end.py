@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 
+from domain.chat import ChatMessage, format_stats
+from domain.reply_stats import ReplyStats
 from tests.app.conftest import settings, wait_idle
-from widgets.chat.data import ChatMessage, format_stats
 
 
 def test_pages_go_back_and_the_stats_line_names_the_context_end(qtbot, make_window, tiny_choice, ignore_eos) -> None:
@@ -20,7 +21,7 @@ def test_pages_go_back_and_the_stats_line_names_the_context_end(qtbot, make_wind
     assert chat.send("tell me everything")
     wait_idle(qtbot, chat, timeout=120_000)
     reply = chat.messages[-1]
-    assert reply.finish_reason == "length" and reply.stats["context_full"]
+    assert reply.finish_reason == "length" and reply.stats.context_full
     assert "stopped at the end of the context" in format_stats(reply) and "token limit" not in format_stats(reply)
     window.refresh_status()
     label = window.status.pages_label.text()
@@ -29,5 +30,5 @@ def test_pages_go_back_and_the_stats_line_names_the_context_end(qtbot, make_wind
 
 
 def test_a_reply_cut_by_its_own_limit_still_says_token_limit() -> None:
-    reply = ChatMessage("assistant", "x", stats={"output_tokens": 8}, finish_reason="length")
+    reply = ChatMessage("assistant", "x", stats=ReplyStats(output_tokens=8), finish_reason="length")
     assert "hit the token limit" in format_stats(reply)

@@ -7,8 +7,8 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication
 
+from domain.chat import ChatMessage, ChatSettings, OverflowPolicy
 from widgets.chat.context import ContextUsage, describe
-from widgets.chat.data import OVERFLOW_ROLLING, OVERFLOW_STOP, ChatMessage, ChatSettings
 from widgets.chat.panel import ChatPanel
 from widgets.chat.sampling_panel import SamplingPanel
 
@@ -74,13 +74,16 @@ def test_a_temperature_typed_while_a_preset_is_selected_is_kept(qtbot) -> None:
 def test_the_overflow_policy_is_a_chat_setting(qtbot) -> None:
     sampling = SamplingPanel()
     qtbot.addWidget(sampling)
-    assert sampling.settings().overflow == OVERFLOW_STOP
+    assert sampling.settings().overflow == OverflowPolicy.STOP
     seen: list[ChatSettings] = []
     sampling.settings_changed.connect(seen.append)
-    sampling.overflow.setCurrentIndex(sampling.overflow.findData(OVERFLOW_ROLLING))
-    assert seen[-1].overflow == OVERFLOW_ROLLING
-    assert ChatSettings.from_dict({"overflow": "something newer"}).overflow == OVERFLOW_STOP
-    assert ChatSettings.from_dict(ChatSettings(overflow=OVERFLOW_ROLLING).to_dict()).overflow == OVERFLOW_ROLLING
+    sampling.overflow.setCurrentIndex(sampling.overflow.findData(OverflowPolicy.ROLLING))
+    assert seen[-1].overflow == OverflowPolicy.ROLLING
+    assert ChatSettings.from_dict({"overflow": "something newer"}).overflow == OverflowPolicy.STOP
+    assert (
+        ChatSettings.from_dict(ChatSettings(overflow=OverflowPolicy.ROLLING).to_dict()).overflow
+        == OverflowPolicy.ROLLING
+    )
 
 
 def test_the_context_meter_says_what_is_used_of_what(panel) -> None:

@@ -7,17 +7,10 @@ import json
 
 from PySide6.QtCore import Qt
 
+from domain.chat import ASSISTANT, ChatMessage, ChatSettings, OutputKind
+from domain.json_schema import schema_problem
 from engine.types import Alternative as EngineAlternative
 from engine.types import FinishReason, StructuredOutput, TokenLogprob
-from widgets.chat.data import (
-    ASSISTANT,
-    OUTPUT_JSON,
-    OUTPUT_SCHEMA,
-    OUTPUT_TEXT,
-    ChatMessage,
-    ChatSettings,
-    schema_problem,
-)
 from widgets.chat.message_view import MessageView, pretty_json
 from widgets.chat.sampling_panel import SamplingPanel
 from widgets.tokens.data import entries_from_logprobs
@@ -50,27 +43,27 @@ def test_schema_problems_are_said_in_one_line() -> None:
 
 def test_settings_send_json_or_the_schema_and_old_settings_still_load() -> None:
     assert ChatSettings().to_params().structured is None and ChatSettings().to_params().logprobs is None
-    assert ChatSettings(output=OUTPUT_JSON).to_params().structured == StructuredOutput("json_object")
-    schema = ChatSettings(output=OUTPUT_SCHEMA, json_schema=json.dumps(SCHEMA, indent=4))
+    assert ChatSettings(output=OutputKind.JSON).to_params().structured == StructuredOutput("json_object")
+    schema = ChatSettings(output=OutputKind.SCHEMA, json_schema=json.dumps(SCHEMA, indent=4))
     assert schema.to_params().structured == StructuredOutput("json_schema", json.dumps(SCHEMA))
-    assert ChatSettings(output=OUTPUT_SCHEMA).to_params().structured is None  # no schema yet: free text
+    assert ChatSettings(output=OutputKind.SCHEMA).to_params().structured is None  # no schema yet: free text
     assert ChatSettings(show_tokens=True).to_params().logprobs == 5
     old = {"system_prompt": "x", "temperature": 0.2, "overflow": "stop"}  # a chat stored before these settings
-    assert ChatSettings.from_dict(old).output == OUTPUT_TEXT and not ChatSettings.from_dict(old).show_tokens
+    assert ChatSettings.from_dict(old).output == OutputKind.TEXT and not ChatSettings.from_dict(old).show_tokens
     # a hand-edited file never sends a bad schema or an unknown output
     bad = ChatSettings.from_dict({"output": "yaml", "json_schema": "[1]"})
-    assert bad.output == OUTPUT_TEXT and bad.json_schema == "" and bad.to_params().structured is None
+    assert bad.output == OutputKind.TEXT and bad.json_schema == "" and bad.to_params().structured is None
     assert ChatSettings.from_dict(schema.to_dict()) == schema
 
 
 def test_the_schema_editor_checks_as_the_user_types(qtbot) -> None:
     panel, emitted = _panel(qtbot)
     assert panel.schema_editor.isHidden()
-    _choose(panel, OUTPUT_SCHEMA)
+    _choose(panel, OutputKind.SCHEMA)
     assert panel.schema_editor.isVisible() and panel.schema_status.isVisible()
     assert "free text until the schema is valid" in panel.schema_status.text()
     assert panel.settings().to_params().structured is None
-    assert emitted[-1].output == OUTPUT_SCHEMA
+    assert emitted[-1].output == OutputKind.SCHEMA
 
     qtbot.keyClicks(panel.schema_editor, '{"type": "object", "properties": ')  # unfinished: invalid
     assert "Not valid JSON" in panel.schema_status.text() and panel.schema_status.objectName() == "schemaError"
@@ -91,16 +84,16 @@ def test_the_schema_editor_checks_as_the_user_types(qtbot) -> None:
     panel.set_settings(panel.settings())
     assert panel.schema_editor.toPlainText() == "[1, 2"
 
-    _choose(panel, OUTPUT_JSON)
+    _choose(panel, OutputKind.JSON)
     assert panel.schema_editor.isHidden()
     assert panel.settings().to_params().structured == StructuredOutput("json_object")
 
 
 def test_another_chats_settings_replace_the_editor(qtbot) -> None:
     panel, _emitted = _panel(qtbot)
-    panel.set_settings(ChatSettings(output=OUTPUT_SCHEMA, json_schema='{"type": "array"}', show_tokens=True))
+    panel.set_settings(ChatSettings(output=OutputKind.SCHEMA, json_schema='{"type": "array"}', show_tokens=True))
     assert panel.schema_editor.toPlainText() == '{"type": "array"}' and panel.show_tokens.isChecked()
-    assert panel.output.currentData() == OUTPUT_SCHEMA and panel.schema_status.text().startswith("Valid")
+    assert panel.output.currentData() == OutputKind.SCHEMA and panel.schema_status.text().startswith("Valid")
     panel.set_settings(ChatSettings())
     assert panel.schema_editor.isHidden() and not panel.show_tokens.isChecked()
 
@@ -157,7 +150,7 @@ def test_a_reply_shows_its_tokens_with_probabilities_on_demand(qtbot) -> None:
 def test_the_schema_editor_refuses_what_the_engine_would_refuse_at_any_depth(qtbot) -> None:
     """Defect 3 of the window issue: an unknown type one level down was approved, then every send failed."""
     panel, _emitted = _panel(qtbot)
-    _choose(panel, OUTPUT_SCHEMA)
+    _choose(panel, OutputKind.SCHEMA)
     panel.schema_editor.setPlainText('{"type":"object","properties":{"city":{"type":"strin"}}}')
     assert panel.schema_status.objectName() == "schemaError"
     assert "Invalid type: strin" in panel.schema_status.text() and not panel.schema_status.text().startswith("Valid")

@@ -7,9 +7,9 @@ import pytest
 from PySide6.QtCore import QUrl
 from PySide6.QtGui import QTextCursor, QTextFormat
 
+from domain.chat import ASSISTANT, ChatMessage
 from engine.types import FinishReason
 from widgets.chat import prose_view
-from widgets.chat.data import ASSISTANT, ChatMessage
 from widgets.chat.message_view import MessageView
 from widgets.chat.transcript_view import TranscriptView
 from widgets.notice_bar import NoticeBar

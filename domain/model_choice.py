@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
 
+from engine.load.load_options import LoadOptions
+
 AUTO_KV_MIB = 0  # the KV budget worked out from the model and the free memory (engine/load/kv_policy.py)
 DEFAULT_KV_MIB = AUTO_KV_MIB
 
@@ -15,6 +17,15 @@ class ModelChoice:
     quantization: str = "none"
     device: str = "auto"
     kv_memory_mib: int = DEFAULT_KV_MIB  # 0: automatic
+
+    @classmethod
+    def of(cls, spec: str, options: LoadOptions, kv_memory_mib: int = DEFAULT_KV_MIB) -> ModelChoice:
+        return cls(spec, options.dtype, options.quantization, options.device, kv_memory_mib)
+
+    @property
+    def load_options(self) -> LoadOptions:
+        """How the loader is asked for this model (the one place a choice becomes engine options)."""
+        return LoadOptions(self.dtype, self.quantization, self.device)
 
     @property
     def kv_memory_bytes(self) -> int:
