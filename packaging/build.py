@@ -27,7 +27,7 @@ NAME = "inference-studio"
 BUNDLE = DIST / NAME
 FINGERPRINT = BUILD / "bundle.fingerprint"
 # What the bundle is made of: a change in any of these rebuilds it; nothing else does.
-SOURCES = ("app", "domain", "engine", "widgets", "resources")
+SOURCES = ("app", "engine", "widgets", "resources")
 BUNDLE_INPUTS = (SPEC, PACKAGING / "launcher.py", PACKAGING / "icons.py")
 
 log = logging.getLogger("package")

@@ -9,8 +9,8 @@ from app.window.dashboard_setup import install_studio_dashboard
 from app.window.main_window import MainWindow
 from app.window.self_test import isolate_user_data
 from app.window.settings import StudioSettings
-from domain.chat import ChatSettings
-from domain.model_choice import ModelChoice
+from engine.domain.chat import ChatSettings
+from engine.domain.model_choice import ModelChoice
 
 REPLY = ChatSettings(temperature=0.0, top_p=1.0, top_k=0, repetition_penalty=1.0, max_tokens=128)
 

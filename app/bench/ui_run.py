@@ -15,8 +15,8 @@ from app.bench.studio import StudioBench
 from app.bench.ui_report import STALL_TICK_MS, Phase, summarize
 from app.bench.window import BenchWindow
 from app.cli.options import MIB, engine_options_from, load_options_from
-from domain.model_choice import ModelChoice
 from engine.core.engine_thread import EngineThread
+from engine.domain.model_choice import ModelChoice
 from engine.launch import start_engine
 
 WARM_UP_LIMIT_S = 120.0

@@ -24,14 +24,14 @@ from app.window.dashboard_setup import install_studio_dashboard
 from app.window.main_window import MainWindow
 from app.window.self_test import isolate_user_data
 from app.window.settings import StudioSettings
-from domain.chat import ChatSettings
-from domain.model_choice import ModelChoice
 from engine.bench.engine_run import WAIT_LIMIT_S, engine_figures, exact_length
 from engine.bench.results import RequestTiming, SystemResult, percentile
 from engine.bench.workloads import BenchRequest, Workload
 from engine.core.config import EngineConfig
 from engine.core.engine import Engine
 from engine.core.engine_thread import EngineThread
+from engine.domain.chat import ChatSettings
+from engine.domain.model_choice import ModelChoice
 
 WINDOW_SIZE = (1280, 800)  # the size the README's screenshots show; a maximised window paints more
 TYPING_INTERVAL_S = 0.1  # a keystroke every 100 ms into the visible chat's message box (a fast typist)

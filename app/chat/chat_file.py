@@ -9,8 +9,8 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 
-from domain.chat import ASSISTANT, USER, ChatMessage, ChatSettings
-from domain.reply_stats import KEPT
+from engine.domain.chat import ASSISTANT, USER, ChatMessage, ChatSettings
+from engine.domain.reply_stats import KEPT
 from engine.errors import StudioError
 from engine.types import REPETITION_PENALTY_MAX, REPETITION_PENALTY_MIN, SEED_MAX, SEED_MIN
 

@@ -6,7 +6,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from domain.chat import USER, ChatMessage, OverflowPolicy
+from engine.domain.chat import USER, ChatMessage, OverflowPolicy
 
 log = logging.getLogger(__name__)
 

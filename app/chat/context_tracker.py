@@ -7,8 +7,8 @@ import time
 from dataclasses import replace
 
 from app.chat.context_fit import CHARS_PER_TOKEN, ContextLimits, Fit
-from domain.reply_stats import ReplyStats
 from engine.core.metrics import PageMap
+from engine.domain.reply_stats import ReplyStats
 from engine.types import TokenEvent
 from widgets.chat.context import ContextUsage
 from widgets.chat.panel import ChatPanel

@@ -15,8 +15,8 @@ from app.chat.context_tracker import ChatContext
 from app.chat.reply_router import ReplyRouter
 from app.chat.store import ChatStore, StoredChat
 from app.hosting.backends import LOCAL, BackendRegistry, ReplyHandle
-from domain.chat import ASSISTANT, INTERRUPTED, USER, ChatMessage, ChatSettings, OverflowPolicy
-from domain.reply_stats import ReplyStats
+from engine.domain.chat import ASSISTANT, INTERRUPTED, USER, ChatMessage, ChatSettings, OverflowPolicy
+from engine.domain.reply_stats import ReplyStats
 from engine.errors import StudioError
 from engine.types import FinishReason, RequestStats, TokenEvent
 from widgets.chat.panel import ChatPanel

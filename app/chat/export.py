@@ -15,7 +15,7 @@ from app.chat.chat_file import (
     read_chat_file,
     settings_of,
 )
-from domain.chat import ASSISTANT, USER, ChatMessage, ChatSettings, format_stats
+from engine.domain.chat import ASSISTANT, USER, ChatMessage, ChatSettings, format_stats
 
 __all__ = ["ChatDocument", "ChatImportError", "from_json", "read_chat", "to_json", "to_markdown"]
 

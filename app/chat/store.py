@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from domain.chat import ASSISTANT, USER, ChatMessage, ChatSettings, ChatSummary
-from domain.reply_stats import ReplyStats
+from engine.domain.chat import ASSISTANT, USER, ChatMessage, ChatSettings, ChatSummary
+from engine.domain.reply_stats import ReplyStats
 from engine.paths import APP_NAME, HOME_ENV
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ from app.chat.controller import ChatController, Hold
 from app.chat.reply_router import ReplyRouter
 from app.chat.store import ChatStore, StoredChat
 from app.hosting.backends import LOCAL, BackendRegistry
-from domain.chat import ChatMessage, ChatSettings
+from engine.domain.chat import ChatMessage, ChatSettings
 
 Confirm = Callable[[str, str], bool]
 _NUMBERED = re.compile(r"^Chat (\d+)$")

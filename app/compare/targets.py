@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from domain.model_choice import ModelChoice
+from engine.domain.model_choice import ModelChoice
 from engine.experiments.compare import LocalTarget
 from engine.load.options import LoadOptions, quantization_problem
 

@@ -11,11 +11,11 @@ from PySide6.QtCore import QObject, QTimer, Signal
 
 from app.chat.event_pump import EventPump
 from app.hosting.backends import LOCAL, BackendRegistry
-from domain.model_choice import ModelChoice
 from engine.core.config import EngineConfig
 from engine.core.engine import Engine
 from engine.core.engine_thread import EngineThread
 from engine.core.metrics import MetricsRecorder
+from engine.domain.model_choice import ModelChoice
 from engine.errors import StudioError
 from engine.launch import EngineOptions, Loader, start_engine
 from engine.load.loader import ModelInfo, load_model

@@ -9,8 +9,8 @@ from app.chat.tabs import ChatTabs
 from app.hosting.engine_bridge import EngineBridge
 from app.hosting.picker_advisor import EngineAdvisor
 from app.window.settings import StudioSettings
-from domain.model_choice import ModelChoice
 from engine.core.runtime import describe as describe_runtime
+from engine.domain.model_choice import ModelChoice
 from engine.load.loader import ModelInfo
 from widgets.model.picker import ModelPickerDialog
 from widgets.notice_bar import ERROR, INFO, NoticeBar

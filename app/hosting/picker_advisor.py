@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from domain.model_choice import ModelChoice
 from engine.credentials import hub_token
+from engine.domain.model_choice import ModelChoice
 from engine.errors import UnsupportedOptionError
 from engine.load import kv_policy, options
 from engine.load.decode_probe import compare_note

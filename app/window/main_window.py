@@ -46,7 +46,7 @@ from app.window.qt_messages import route_qt_messages
 from app.window.self_test import SelfTest, isolate_user_data
 from app.window.settings import StudioSettings
 from app.window.theme import ThemeManager
-from domain.model_choice import ModelChoice
+from engine.domain.model_choice import ModelChoice
 from engine.load.loader import load_model
 from widgets.dialogs.history import HistoryDialog
 from widgets.dialogs.settings import SettingsDialog, SettingsValues

@@ -13,7 +13,7 @@ from PySide6.QtCore import QObject, QTimer
 from PySide6.QtWidgets import QApplication, QWidget
 
 from app.chat.controller import ChatController
-from domain.chat import ASSISTANT, ChatSettings
+from engine.domain.chat import ASSISTANT, ChatSettings
 from engine.paths import CACHE_ENV, HOME_ENV, cache_dir
 
 PROMPTS = (

@@ -11,8 +11,8 @@ import platformdirs
 from PySide6.QtCore import QByteArray, QSettings
 
 from app.setting_values import BAD_VALUE, flag, integer, one_of, read_setting
-from domain.model_choice import DEFAULT_KV_MIB, ModelChoice
 from engine.core.config import EngineConfig
+from engine.domain.model_choice import DEFAULT_KV_MIB, ModelChoice
 from engine.errors import StudioError
 from engine.paths import APP_NAME, HOME_ENV
 from widgets.chat.message_input import SEND_ENTER, SEND_KEYS

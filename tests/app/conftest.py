@@ -18,7 +18,7 @@ def studio_home(tmp_path, monkeypatch):
 @pytest.fixture
 def ignore_eos(monkeypatch):
     """The tiny random model may emit end-of-turn at any point; replies here must run to max_tokens."""
-    from domain.chat import ChatSettings
+    from engine.domain.chat import ChatSettings
 
     original = ChatSettings.to_params
     monkeypatch.setattr(ChatSettings, "to_params", lambda self: dataclasses.replace(original(self), ignore_eos=True))
@@ -26,7 +26,7 @@ def ignore_eos(monkeypatch):
 
 @pytest.fixture
 def tiny_choice(tiny_model_dir):
-    from domain.model_choice import ModelChoice
+    from engine.domain.model_choice import ModelChoice
 
     return ModelChoice(spec=str(tiny_model_dir), kv_memory_mib=16)
 
@@ -61,7 +61,7 @@ def wait_idle(qtbot, *controllers, timeout: int = 60_000) -> None:
 
 
 def settings(**changes):
-    from domain.chat import ChatSettings
+    from engine.domain.chat import ChatSettings
 
     base = ChatSettings(temperature=0.0, top_p=1.0, top_k=0, repetition_penalty=1.0, max_tokens=24)
     return dataclasses.replace(base, **changes)

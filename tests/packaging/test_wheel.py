@@ -9,7 +9,7 @@ import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("app", "domain", "engine", "widgets", "resources")
+PACKAGES = ("app", "engine", "widgets", "resources")
 
 
 def test_the_wheel_holds_every_package(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QTextEdit, QToolButton, QVBoxLayout, QWidget
 
-from domain.chat import USER, ChatMessage, format_stats
+from engine.domain.chat import USER, ChatMessage, format_stats
 from widgets.chat.code_block import CodeBlockView
 from widgets.chat.markdown_blocks import Segment, SegmentKind, split_markdown
 from widgets.chat.prose_view import ProseView

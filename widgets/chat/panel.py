@@ -17,7 +17,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from domain.chat import ChatSettings
+from engine.domain.chat import ChatSettings
 from widgets.chat.context import ContextUsage
 from widgets.chat.context_meter import ContextMeter
 from widgets.chat.message_input import ChatInput

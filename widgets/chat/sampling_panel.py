@@ -18,8 +18,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from domain.chat import PRESETS, TOKEN_ALTERNATIVES, ChatSettings, OutputKind, OverflowPolicy
-from domain.json_schema import schema_problem
+from engine.domain.chat import PRESETS, TOKEN_ALTERNATIVES, ChatSettings, OutputKind, OverflowPolicy
+from engine.domain.json_schema import schema_problem
 
 CUSTOM = "custom"
 

@@ -6,7 +6,7 @@ from PySide6.QtCore import QEvent, QObject, QSize, Qt, Signal
 from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import QFrame, QLabel, QScrollArea, QVBoxLayout, QWidget
 
-from domain.chat import ASSISTANT, ChatMessage
+from engine.domain.chat import ASSISTANT, ChatMessage
 from widgets.chat.message_view import MessageView
 
 # how close to the bottom (pixels) still counts as "at the end"

@@ -18,7 +18,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from domain.chat import ChatSummary
+from engine.domain.chat import ChatSummary
 
 Search = Callable[[str], list[ChatSummary]]
 

@@ -21,8 +21,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from domain.model_choice import ModelChoice
 from engine.core.config import EngineConfig
+from engine.domain.model_choice import ModelChoice
 from engine.errors import StudioError
 from widgets.background import BackgroundCall
 from widgets.chat.message_input import SEND_KEYS

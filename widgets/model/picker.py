@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from domain.model_choice import ModelChoice
+from engine.domain.model_choice import ModelChoice
 from engine.load.estimate import MemoryEstimate
 from widgets.background import BackgroundCall
 from widgets.model.estimate_box import EstimateBox

@@ -18,7 +18,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from domain.model_choice import ModelChoice
+from engine.domain.model_choice import ModelChoice
 
 EMBEDDED, RECENT, FOLDER, GGUF, HUB = "embedded", "recent", "folder", "gguf", "hub"
 SOURCES = {

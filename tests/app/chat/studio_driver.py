@@ -15,8 +15,8 @@ def main(argv: list[str]) -> int:
 
     from app.window.main_window import MainWindow
     from app.window.settings import StudioSettings
-    from domain.chat import ChatSettings
-    from domain.model_choice import ModelChoice
+    from engine.domain.chat import ChatSettings
+    from engine.domain.model_choice import ModelChoice
 
     model_dir, max_tokens = argv[0], int(argv[1])
     app = QApplication(["studio-driver"])

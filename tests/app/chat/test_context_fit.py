@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from app.chat.context_fit import ContextLimits, approximate_count, fit_conversation, limits_for, overflow_message
-from domain.chat import ChatMessage, OverflowPolicy
+from engine.domain.chat import ChatMessage, OverflowPolicy
 
 
 def words(messages: list[dict]) -> int:

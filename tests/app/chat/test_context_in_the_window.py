@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from domain.chat import ChatMessage, OverflowPolicy
+from engine.domain.chat import ChatMessage, OverflowPolicy
 from tests.app.conftest import settings, wait_idle
 
 

@@ -6,8 +6,8 @@ import pytest
 
 from app.chat import context_tracker
 from app.chat.context_tracker import STREAMING_SHOW_S, ChatContext
-from domain.reply_stats import ReplyStats
 from engine.core.metrics import PageMap
+from engine.domain.reply_stats import ReplyStats
 from engine.types import TokenEvent
 
 

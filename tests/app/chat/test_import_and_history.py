@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from domain.chat import ChatMessage
+from engine.domain.chat import ChatMessage
 
 
 def imported(qtbot, window, path) -> bool:

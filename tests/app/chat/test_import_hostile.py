@@ -12,7 +12,7 @@ import pytest
 
 from app.chat.chat_file import MAX_FILE_BYTES
 from app.chat.export import ChatImportError, from_json, read_chat
-from domain.reply_stats import ReplyStats
+from engine.domain.reply_stats import ReplyStats
 
 GOOD = {
     "format": "inference-studio-chat",

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 import math
 
-from domain import json_schema
-from domain.chat import OutputKind
+from engine.domain import json_schema
+from engine.domain.chat import OutputKind
 from tests.app.conftest import settings, wait_idle
 
 # bounded (no free keys, an enum), so even a random model closes the object long before max_tokens

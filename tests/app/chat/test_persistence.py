@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 
-from domain.chat import INTERRUPTED, format_stats
+from engine.domain.chat import INTERRUPTED, format_stats
 from tests.app.conftest import settings, wait_idle
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from app.chat.store import ChatStore
 from app.chat.store_recovery import open_store
-from domain.chat import ASSISTANT, USER, ChatMessage, ChatSettings
+from engine.domain.chat import ASSISTANT, USER, ChatMessage, ChatSettings
 
 CHATS, MESSAGES_EACH = 30, 100  # 3,000 messages, as the store held 3,004
 

@@ -7,7 +7,7 @@ import pytest
 
 from app.compare.diff import BY_TOKEN, BY_WORD, compare_replies
 from app.compare.targets import LOADED, compare_targets
-from domain.model_choice import ModelChoice
+from engine.domain.model_choice import ModelChoice
 from engine.load.loader import ModelInfo
 from widgets.tokens.data import TokenEntry, TokenKind
 

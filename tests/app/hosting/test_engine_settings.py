@@ -35,7 +35,7 @@ def test_impossible_engine_settings_fall_back_to_the_defaults(qtbot, studio_home
 
 def test_the_settings_dialog_edits_the_engine_settings(qtbot, studio_home) -> None:
     from app.hosting.hub_token import KeyringTokens
-    from domain.model_choice import ModelChoice
+    from engine.domain.model_choice import ModelChoice
     from widgets.dialogs.settings import SettingsDialog, SettingsValues
 
     values = SettingsValues("system", 10, "enter", 512, ModelChoice(), EngineConfig(page_size=32))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from app.hosting.model_switcher import FINISH, STOP
-from domain.model_choice import ModelChoice
+from engine.domain.model_choice import ModelChoice
 from tests.app.conftest import settings, wait_idle
 
 

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 from PySide6.QtWidgets import QLabel
 
-from domain.model_choice import ModelChoice
+from engine.domain.model_choice import ModelChoice
 from engine.types import TokenEvent
 from tests.app.conftest import settings, wait_idle
 

@@ -8,8 +8,8 @@ import pytest
 
 from app.hosting.hub_token import KeyringTokens
 from app.hosting.picker_advisor import EngineAdvisor
-from domain.model_choice import ModelChoice
 from engine.credentials import HUB_TOKEN, SERVICE
+from engine.domain.model_choice import ModelChoice
 from engine.errors import HubError
 from engine.load.estimate import format_bytes
 from widgets.dialogs.settings import SettingsDialog, SettingsValues

@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from domain.model_choice import ModelChoice
+from engine.domain.model_choice import ModelChoice
 
 HOSTILE_INI = r"""[ui]
 theme=purple

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from domain.chat import ChatMessage, format_stats
-from domain.reply_stats import ReplyStats
+from engine.domain.chat import ChatMessage, format_stats
+from engine.domain.reply_stats import ReplyStats
 from tests.app.conftest import settings, wait_idle
 
 

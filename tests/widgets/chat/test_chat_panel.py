@@ -7,7 +7,7 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication
 
-from domain.chat import ChatMessage, ChatSettings, OverflowPolicy
+from engine.domain.chat import ChatMessage, ChatSettings, OverflowPolicy
 from widgets.chat.context import ContextUsage, describe
 from widgets.chat.panel import ChatPanel
 from widgets.chat.sampling_panel import SamplingPanel

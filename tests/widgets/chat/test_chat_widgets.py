@@ -6,7 +6,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QWidget
 
-from domain.chat import PRESETS, ChatMessage, ChatSettings
+from engine.domain.chat import PRESETS, ChatMessage, ChatSettings
 from widgets.chat.message_input import SEND_CTRL_ENTER, ChatInput
 from widgets.chat.sampling_panel import SamplingPanel
 from widgets.chat.transcript_view import TranscriptView

@@ -7,8 +7,8 @@ import json
 
 from PySide6.QtCore import Qt
 
-from domain.chat import ASSISTANT, ChatMessage, ChatSettings, OutputKind
-from domain.json_schema import schema_problem
+from engine.domain.chat import ASSISTANT, ChatMessage, ChatSettings, OutputKind
+from engine.domain.json_schema import schema_problem
 from engine.types import Alternative as EngineAlternative
 from engine.types import FinishReason, StructuredOutput, TokenLogprob
 from widgets.chat.message_view import MessageView, pretty_json

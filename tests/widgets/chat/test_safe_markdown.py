@@ -7,7 +7,7 @@ import pytest
 from PySide6.QtCore import QUrl
 from PySide6.QtGui import QTextCursor, QTextFormat
 
-from domain.chat import ASSISTANT, ChatMessage
+from engine.domain.chat import ASSISTANT, ChatMessage
 from engine.types import FinishReason
 from widgets.chat import prose_view
 from widgets.chat.message_view import MessageView

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QTabWidget
 
-from domain.chat import ASSISTANT, ChatMessage
+from engine.domain.chat import ASSISTANT, ChatMessage
 from engine.types import FinishReason
 from widgets.chat.prose_view import ProseView, SafeDocument
 from widgets.chat.transcript_view import TranscriptView

@@ -9,8 +9,8 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from enum import StrEnum
 from typing import TypeVar
 
-from domain.json_schema import schema_problem
-from domain.reply_stats import ReplyStats
+from engine.domain.json_schema import schema_problem
+from engine.domain.reply_stats import ReplyStats
 from engine.types import PENALTY_LIMIT, FinishReason, SamplingParams, StructuredOutput
 
 E = TypeVar("E", bound=StrEnum)

@@ -7,9 +7,9 @@ import argparse
 import math
 
 from app.cli.options import add_model_options, load_options_from
-from domain.chat import ChatMessage, ChatSettings, OutputKind, OverflowPolicy, format_stats
-from domain.model_choice import ModelChoice
-from domain.reply_stats import KEPT, ReplyStats
+from engine.domain.chat import ChatMessage, ChatSettings, OutputKind, OverflowPolicy, format_stats
+from engine.domain.model_choice import ModelChoice
+from engine.domain.reply_stats import KEPT, ReplyStats
 from engine.load.load_options import LoadOptions
 from engine.types import FinishReason, RequestStats
 
