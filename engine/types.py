@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -177,8 +178,30 @@ class TokenEvent:
     #: the request's own part at fault where an error is the request's (its grammar: "structured"), else None
     error_param: str | None = None
 
+    @classmethod
+    def ending(
+        cls,
+        request_id: str,
+        reason: FinishReason,
+        *,
+        tag: str = "",
+        error: str | None = None,
+        stats: RequestStats | None = None,
+        at: float | None = None,
+    ) -> TokenEvent:
+        """The finishing event of a request that ends without new tokens (failed, cancelled, or a remote's end)."""
+        when = time.monotonic() if at is None else at
+        return cls(request_id, tag, [], "", when, True, reason, stats, error)
 
-EventListener = Callable[[list[TokenEvent]], None]
+    @classmethod
+    def failed(cls, request_id: str, error: str, *, tag: str = "", at: float | None = None) -> TokenEvent:
+        """The finishing event of a request that failed with error."""
+        return cls.ending(request_id, FinishReason.ERROR, tag=tag, error=error, at=at)
+
+
+#: where a request's events go when it is not iterated: called with one or more of its events at a time (the engine
+#: thread hands each sink every event of one step in one call), in the runner's thread; it must return quickly
+EventSink = Callable[[list[TokenEvent]], None]
 
 ROLES = {"system", "user", "assistant", "tool", "developer"}
 

@@ -72,7 +72,7 @@ class RemoteFeatures(QObject):
         self.window = window
         qsettings = window.settings.qsettings
         self.book = EndpointBook(qsettings)
-        self.backends = RemoteBackends(self.book, window.registry, window.pump)
+        self.backends = RemoteBackends(self.book, window.registry)
         self.server_settings = ServerSettings(qsettings)
         self.server = ApiServerControl(window.bridge, self.server_settings, self)
         self.server.state_changed.connect(self._on_server_state)

@@ -83,14 +83,13 @@ def _in_engine_thread(engine: Engine, workload: Workload) -> tuple[list[RequestT
             finished.set()
 
     worker = EngineThread(engine, name="bench-engine")
-    worker.add_listener(listen)
     arrivals: dict[str, float] = {}
     with worker:
         start = time.monotonic()
         for index, request in sorted(enumerate(workload.requests), key=lambda item: item[1].arrival_s):
             time.sleep(max(0.0, start + request.arrival_s - time.monotonic()))
             arrivals[f"bench-{index}"] = time.monotonic()
-            worker.submit(request.prompt_ids, params=exact_length(request), request_id=f"bench-{index}")
+            worker.submit(request.prompt_ids, params=exact_length(request), request_id=f"bench-{index}", sink=listen)
         if not finished.wait(WAIT_LIMIT_S):
             raise TimeoutError(f"the engine thread did not finish the workload within {WAIT_LIMIT_S:.0f} s")
     ids = [f"bench-{i}" for i in range(len(workload.requests))]

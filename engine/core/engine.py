@@ -242,8 +242,7 @@ class Engine:
                 log.exception("finishing request %s after a failure failed too", request.request_id)
                 broken = True
                 self.requests.pop(request.request_id, None)
-                events.append(TokenEvent(request.request_id, request.tag, [], "", now, True, FinishReason.ERROR,
-                                         None, message))  # fmt: skip
+                events.append(TokenEvent.failed(request.request_id, message, tag=request.tag, at=now))
         if broken:
             self.reset_requests()
         return events

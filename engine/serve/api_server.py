@@ -131,7 +131,7 @@ class ApiServer:
 
     def check_queue(self) -> None:
         """429 when too many API requests wait for their first token (the window's chats queue without limit)."""
-        waiting = self._admitting + sum(1 for h in list(self.active.values()) if not h.token_ids and not h.done)
+        waiting = self._admitting + sum(1 for h in list(self.active.values()) if not h.output_tokens and not h.done)
         limit = self.limits.max_waiting
         if waiting >= limit:
             retry = self.limits.retry_after_s
@@ -178,7 +178,8 @@ class ApiServer:
                 prompt=gen.prompt, messages=gen.messages, raw=gen.kind == "completion", tools=gen.tools
             )
         params = self.params_for(gen, len(ids))
-        return self.worker.submit(ids, params=params, tag=API_TAG, request_id=request_id)
+        assert self.bridge is not None
+        return self.worker.submit(ids, params=params, tag=API_TAG, request_id=request_id, sink=self.bridge.sink)
 
     async def submit(self, gen: GenerationRequest, request_id: str) -> tuple[RequestHandle, asyncio.Queue]:
         assert self.bridge is not None
@@ -233,7 +234,7 @@ class ApiServer:
     def token_counts(handle: RequestHandle, final: TokenEvent) -> tuple[int, int, int]:
         """(prompt tokens, output tokens, prompt tokens found in the prefix cache) of a finished request."""
         stats = final.stats
-        completion = stats.output_tokens if stats else len(handle.token_ids)
+        completion = stats.output_tokens if stats else handle.output_tokens
         return handle.prompt_tokens, completion, stats.cached_prompt_tokens if stats else 0
 
     def usage_of(self, handle: RequestHandle, final: TokenEvent) -> dict:
