@@ -147,7 +147,7 @@ class EngineThread:
             self._handles.add(request_id, handle)
             try:
                 self.engine.add_request(
-                    ids, params, request_id=request_id, tag=tag, arrival_time=arrival, matcher=matcher
+                    ids, params, request_id=request_id, tag=tag, arrival_time=arrival, matcher=matcher, checked=True
                 )
             except Exception as exc:  # validated already; anything left fails the request through its route
                 self._handles.remove(request_id)
