@@ -20,7 +20,7 @@ from engine.core.engine_thread import EngineThread
 from engine.core.tools import parse_calls
 from engine.errors import EngineStoppedError, InvalidRequestError, PromptTooLongError
 from engine.handle import RequestHandle
-from engine.serve.completions_wire import TOOL_CALLS, ResponseWriter, usage
+from engine.serve.completions_wire import TOOL_CALLS, RequestKind, ResponseWriter, usage
 from engine.serve.event_bridge import AsyncEventBridge
 from engine.serve.limits import ServeLimits
 from engine.serve.openai_protocol import (
@@ -175,7 +175,7 @@ class ApiServer:
         ids = gen.prompt_ids
         if ids is None:
             ids = self.worker.engine.encode(
-                prompt=gen.prompt, messages=gen.messages, raw=gen.kind == "completion", tools=gen.tools
+                prompt=gen.prompt, messages=gen.messages, raw=gen.kind is RequestKind.COMPLETION, tools=gen.tools
             )
         params = self.params_for(gen, len(ids))
         assert self.bridge is not None
@@ -185,7 +185,7 @@ class ApiServer:
         assert self.bridge is not None
         self.check_queue()
         queue = self.bridge.register(request_id)
-        param = "messages" if gen.kind == "chat" else "prompt"
+        param = "messages" if gen.kind is RequestKind.CHAT else "prompt"
         self._admitting += 1
         try:
             handle = await asyncio.to_thread(self._submit_now, gen, request_id)
@@ -305,7 +305,7 @@ class ApiServer:
         self, gen: GenerationRequest, writer: ResponseWriter, handle: RequestHandle, queue: asyncio.Queue
     ) -> AsyncIterator[str]:
         with_usage = gen.include_usage
-        if gen.kind == "chat":
+        if gen.kind is RequestKind.CHAT:
             # content null when the reply may be tool calls, as OpenAI sends it ("" makes the SDK report a text delta)
             yield _sse(writer.chunk(None if gen.tools else "", first=True, with_usage=with_usage))
         # aclosing: when the client disconnects, Starlette cancels this generator, and the engine request must
