@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from engine.errors import UnsupportedOptionError
+from engine.load.model_source import SourceKind
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 QUANTIZATIONS = ("none", "int8", "int4", "nf4", "fp4")
@@ -90,10 +91,10 @@ def dtype_problem(dtype: str, device: str) -> str | None:
     return None
 
 
-GGUF_SOURCES = ("gguf-file", "embedded")
+GGUF_SOURCES = (SourceKind.GGUF_FILE, SourceKind.EMBEDDED)
 
 
-def quantization_problem(quantization: str, device: str, source_kind: str | None = None) -> str | None:
+def quantization_problem(quantization: str, device: str, source_kind: SourceKind | None = None) -> str | None:
     """Why this quantization can't be used on this device (for this kind of source, when given), or None when it
     can."""
     if quantization not in QUANTIZATIONS:
