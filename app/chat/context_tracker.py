@@ -3,6 +3,7 @@ KV pages the chat's requests hold or left cached."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 
 from app.chat.context_fit import CHARS_PER_TOKEN, ContextLimits, Fit
@@ -11,6 +12,10 @@ from engine.types import TokenEvent
 from widgets.chat.context import ContextUsage
 from widgets.chat.panel import ChatPanel
 
+# a streaming reply's count reaches the meter at most this often (every frame re-laid out its line: ~5 % of the UI
+# thread with one chat); what else changes it (sent, finished, pages) shows at once, with any count held back
+STREAMING_SHOW_S = 0.25
+
 
 class ChatContext:
     def __init__(self, panel: ChatPanel) -> None:
@@ -18,11 +23,20 @@ class ChatContext:
         self.usage = ContextUsage()
         self._last_pages: tuple[int, ...] = ()  # the page table of the chat's latest request, as last published
         self._reply_chars = 0
+        self._shown_at = 0.0
+        self._held_back = False  # a streamed count not on the meter yet
 
-    def _show(self, usage: ContextUsage) -> None:
-        if usage != self.usage:
-            self.usage = usage
-            self._panel.set_context_usage(usage)
+    def _show(self, usage: ContextUsage, streaming: bool = False) -> None:
+        if usage == self.usage and not self._held_back:
+            return
+        self.usage = usage
+        now = time.monotonic()
+        if streaming and now - self._shown_at < STREAMING_SHOW_S:
+            self._held_back = True
+            return
+        self._held_back = False
+        self._shown_at = now
+        self._panel.set_context_usage(usage)
 
     def measured(self, fit: Fit, limits: ContextLimits, reply_tokens: int = 0) -> None:
         """Counts of a conversation as it goes (or would go) to the model."""
@@ -45,10 +59,10 @@ class ChatContext:
         """A frame of the reply: token ids where the backend gives them, else about four characters a token."""
         tokens = sum(len(e.token_ids) for e in events)
         if tokens:
-            self._show(replace(self.usage, reply_tokens=self.usage.reply_tokens + tokens))
+            self._show(replace(self.usage, reply_tokens=self.usage.reply_tokens + tokens), streaming=True)
             return
         self._reply_chars += sum(len(e.text) for e in events)
-        self._show(replace(self.usage, reply_tokens=self._reply_chars // CHARS_PER_TOKEN))
+        self._show(replace(self.usage, reply_tokens=self._reply_chars // CHARS_PER_TOKEN), streaming=True)
 
     def finished(self, stats: dict | None) -> None:
         """The backend's own count of the request, where it reports one, replaces the estimate."""

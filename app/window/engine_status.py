@@ -24,10 +24,15 @@ class EngineStatus(QObject):
         self._timer.timeout.connect(self.refresh)
         self._timer.start()
         bridge.model_changed.connect(self._reset)
-        tabs.busy_changed.connect(self.refresh)
+        # a chat starting or ending refreshes once the event loop is back: sixteen tabs sending at once refreshed
+        # every tab's meter sixteen times over before the last one's message went out
+        self._soon = QTimer(self, singleShot=True, interval=0)
+        self._soon.timeout.connect(self.refresh)
+        tabs.busy_changed.connect(self._soon.start)
 
     def stop(self) -> None:
         self._timer.stop()
+        self._soon.stop()
 
     def _reset(self, _info=None) -> None:
         self._step_cursor = 0  # a new engine numbers its steps from zero

@@ -24,6 +24,7 @@ from engine.core.engine import Engine
 from engine.remote.metrics import parse_metrics
 from engine.types import SamplingParams
 
+BENCH_QUEUE_WAIT_S = 3600.0
 Progress = Callable[[str], None]
 
 
@@ -83,6 +84,9 @@ def server_options(config: EngineConfig) -> list[str]:
     options += ["--prefill-budget-ms", str((config.prefill_budget_s or 0) * 1e3), "--draft-max", str(config.draft_max)]
     if not config.speculative:
         options.append("--no-speculative")
+    # a workload's requests all wait their turn, however long a big model on a busy machine takes: the default's
+    # 429 after 120 s in the queue protects interactive clients, and failed a 3B chat16 run on a loaded machine
+    options += ["--max-queue-wait", str(int(BENCH_QUEUE_WAIT_S))]
     return options
 
 

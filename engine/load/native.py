@@ -22,7 +22,7 @@ from engine.paths import cache_dir
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("csrc") / "gguf_decode.cpp"
-VERSION = "gguf_decode 2"  # what the library's version() says: a stale build is rebuilt
+VERSION = "gguf_decode 4"  # what the library's version() says: a stale build is rebuilt
 DISABLE_ENV = "INFERENCE_STUDIO_NATIVE_LOADER"  # "0": the torch decoders only
 COMPILE_TIMEOUT_S = 600
 _lock = threading.Lock()

@@ -4,6 +4,7 @@ decode is bound by memory bandwidth, but loses to float32 on CPUs without bfloat
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import json
 import logging
@@ -17,7 +18,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from engine.model import kernels
+from engine.model import contention, kernels
 from engine.model.quantized import Int4Linear, Int8Linear
 from engine.model.weights import BFLOAT16, FLOAT32, INT4, INT8
 from engine.paths import cache_dir
@@ -125,6 +126,7 @@ def measure(
     if found is not None:
         return found
     budget_s = MEASURE_BUDGET_S if budget_s is None else budget_s
+    before = contention.snapshot()
     samples: dict[str, dict[int, list[float]]] = {fmt: {rows: [] for rows in buckets} for fmt in passes}
     started = time.perf_counter()
     with torch.inference_mode():
@@ -145,16 +147,26 @@ def measure(
     chosen = {rows: min(passes, key=lambda fmt: timings[fmt][rows]) for rows in buckets}
     choice = FormatChoice(chosen, timings, layers)
     log.info("weight formats: %s", choice.describe())
-    _remember(key, choice)
+    others = contention.others_share(before, contention.snapshot())
+    settled = others is None or others <= QUIET_SHARE
+    if not settled:
+        log.info("other processes used %.0f %% of the CPUs while the formats were measured: this choice is used "
+                 "now and measured again at the next start", 100 * others)  # fmt: skip
+    _remember(key, choice, settled)
     return choice
 
 
 ROUNDS = 7
 MEASURE_BUDGET_S = 3.0  # rounds stop once this is spent (the load waits for it)
+# a measurement while other processes held more than this share of the CPUs is not kept as settled: timings under
+# load once picked a float32+bfloat16 mix that ran one chat at 0.65x, remembered for good
+QUIET_SHARE = 0.25
+KEEP_DAYS = 60  # a settled choice is measured again after this (drivers, firmware and the machine's load change)
 
 
 def remembered(key: str, formats: Sequence[str], buckets: Sequence[int] = BUCKETS) -> FormatChoice | None:
-    """The choice remembered for this key among these formats, if any (nothing is measured)."""
+    """The settled choice remembered for this key among these formats, if any (nothing is measured): one measured
+    on a quiet machine, less than KEEP_DAYS ago."""
     return _remembered(key, dict.fromkeys(formats), buckets)
 
 
@@ -181,7 +193,10 @@ def _remembered(key: str | None, passes: dict, buckets: Sequence[int]) -> Format
         entry = json.loads(_store().read_text()).get(key)
     except (OSError, ValueError):
         return None
-    if not isinstance(entry, dict):
+    if not isinstance(entry, dict) or entry.get("settled") is not True:
+        return None  # measured under load, or by a version that did not say: measured again
+    age_days = (_now() - float(entry.get("measured_at", 0))) / 86400
+    if not 0 <= age_days <= KEEP_DAYS:
         return None
     chosen = {int(rows): fmt for rows, fmt in entry.get("chosen", {}).items()}
     if set(chosen) != set(buckets) or not set(chosen.values()) <= set(passes):
@@ -190,14 +205,24 @@ def _remembered(key: str | None, passes: dict, buckets: Sequence[int]) -> Format
     return FormatChoice(chosen, timings, str(entry.get("measured_on", "")))
 
 
-def _remember(key: str | None, choice: FormatChoice) -> None:
+def _now() -> float:
+    return datetime.datetime.now(datetime.UTC).timestamp()  # not time.time: tests replace this module's clock
+
+
+def _remember(key: str | None, choice: FormatChoice, settled: bool) -> None:
     if key is None:
         return
     try:
         store = json.loads(_store().read_text()) if _store().exists() else {}
     except (OSError, ValueError):
         store = {}
-    store[key] = {"chosen": choice.chosen, "timings": choice.timings_ms, "measured_on": choice.measured_on}
+    store[key] = {
+        "chosen": choice.chosen,
+        "timings": choice.timings_ms,
+        "measured_on": choice.measured_on,
+        "measured_at": _now(),
+        "settled": settled,
+    }
     try:
         _store().write_text(json.dumps(store, indent=1))
     except OSError:  # a read-only cache: measured again next time, nothing lost

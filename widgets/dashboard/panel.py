@@ -126,9 +126,38 @@ class Panel(QFrame):
         return []
 
 
+class FittingAxis(pg.AxisItem):
+    """A value axis whose labelled ticks stay a line and a half of text apart however short its chart: pyqtgraph
+    labels at least three major ticks whatever the length, which stacked four labels into a 60 px chart at 16 pt."""
+
+    def tickSpacing(self, minVal: float, maxVal: float, size: float):  # pyqtgraph names it
+        levels = super().tickSpacing(minVal, maxVal, size)
+        line = QFontMetrics(self.style["tickFont"] or QApplication.font()).height()
+        span = abs(maxVal - minVal)
+        if not levels or span == 0 or size <= 0:
+            return levels
+        fit = max(1, int(size / (1.5 * line)))  # intervals whose labels do not touch
+        major = levels[0][0]
+        if span / major <= fit:
+            return levels
+        return [(min(nice_step(span / fit), nice_floor(span)), 0)]  # one level: minor labels would crowd it
+
+
+def nice_step(least: float) -> float:
+    """The smallest 1, 2 or 5 times a power of ten that is at least `least` (> 0)."""
+    power = 10.0 ** np.floor(np.log10(least))
+    return next(float(f * power) for f in (1, 2, 5, 10) if f * power >= least * (1 - 1e-9))
+
+
+def nice_floor(most: float) -> float:
+    """The largest 1, 2 or 5 times a power of ten that is at most `most` (> 0): a step that labels a tick above 0."""
+    power = 10.0 ** np.floor(np.log10(most))
+    return max(float(f * power) for f in (1, 2, 5) if f * power <= most * (1 + 1e-9))
+
+
 def add_plot(layout: pg.GraphicsLayoutWidget, row: int, ylabel: str, xlabel: str | None = None) -> pg.PlotItem:
     """A plot with the live-view settings: clipped to the view, peak-downsampled, no mouse zoom fighting the timer."""
-    plot = layout.addPlot(row=row, col=0)
+    plot = layout.addPlot(row=row, col=0, axisItems={"left": FittingAxis("left")})
     plot.setClipToView(True)
     plot.setDownsampling(auto=True, mode="peak")
     plot.setMenuEnabled(False)
@@ -171,12 +200,29 @@ def style_plot(plot: pg.PlotItem, theme: Theme) -> None:
         axis.setPen(pg.mkPen(theme.muted))
         axis.setTextPen(pg.mkPen(theme.foreground))
     width, height = axis_room()
+    bottom = plot.getAxis("bottom")
     left = plot.getAxis("left")
     if left.isVisible():
         left.setWidth(width)
-    bottom = plot.getAxis("bottom")
+        # the title runs up the axis: a chart shorter than it let two stacked charts' titles overlap at 16 pt
+        title = " ".join(part for part in (left.labelText, f"({left.labelUnits})" if left.labelUnits else "") if part)
+        below = height if bottom.isVisible() and bottom.style["showValues"] else 0  # the time axis under it
+        plot.setMinimumHeight(QFontMetrics(QApplication.font()).horizontalAdvance(title) + 16 + below if title else 0)
+        _fit_canvas(plot)
     if bottom.style["showValues"]:  # hidden time axes (shared with the plot below) keep their sliver
         bottom.setHeight(height)
+
+
+def _fit_canvas(plot: pg.PlotItem) -> None:
+    """The canvas holding `plot` is at least as tall as its plots' minimum heights together (the scene's layout
+    does not tell the widget, so the panel would squeeze its charts below their titles)."""
+    canvas = plot.getViewWidget()
+    layout = getattr(canvas, "ci", None)
+    if canvas is None or layout is None:
+        return
+    plots = [item for item in layout.items if isinstance(item, pg.PlotItem)]
+    needed = sum(int(item.minimumHeight()) for item in plots) + 12 * len(plots)
+    canvas.setMinimumHeight(needed)
 
 
 def curve_data(item: pg.PlotDataItem) -> tuple[np.ndarray, np.ndarray]:

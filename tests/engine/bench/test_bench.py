@@ -154,3 +154,11 @@ def test_the_json_workload_constrains_every_reply(tiny_loaded) -> None:
     assert row["system"] == "engine-thread" and row["output_tokens"] > 0
     workload = build("chat16-json", tiny_loaded.tokenizer, 0.5)
     assert all(r.json_schema and '"difficulty"' in r.json_schema for r in workload.requests)
+
+
+def test_a_benchmarked_server_lets_every_request_wait_its_turn() -> None:
+    from engine.bench.runner import BENCH_QUEUE_WAIT_S, server_options
+    from engine.core.config import EngineConfig
+
+    options = server_options(EngineConfig())
+    assert options[options.index("--max-queue-wait") + 1] == str(int(BENCH_QUEUE_WAIT_S))  # not 429 after 120 s

@@ -138,6 +138,63 @@ def test_a_measured_choice_is_remembered_for_this_machine_and_shape(clock: FakeC
     assert measure(passes, buckets=(1, 4, 16), key=key).chosen[16] == BFLOAT16  # other buckets: measured anew
 
 
+def test_a_choice_measured_on_a_busy_machine_is_used_but_measured_again_next_start(
+    clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[str] = []
+    slow_bfloat16 = {"on": True}  # the busy spell makes bfloat16 look slow
+
+    def timed(name: str):
+        cost = clock.costing(lambda rows: 0.002 if (name == BFLOAT16) == slow_bfloat16["on"] else 0.001)
+        return lambda rows: (calls.append(name), cost(rows))
+
+    passes = {FLOAT32: timed(FLOAT32), BFLOAT16: timed(BFLOAT16)}
+    key = formats.machine_key("busy shape", 1)
+    monkeypatch.setattr(formats.contention, "others_share", lambda *_: 0.8)  # others held 80 % of the CPUs
+    busy = measure(passes, buckets=(1,), key=key)
+    assert busy.chosen == {1: FLOAT32}  # used for this start
+    assert formats.remembered(key, [FLOAT32, BFLOAT16], buckets=(1,)) is None  # but not as settled
+    monkeypatch.setattr(formats.contention, "others_share", lambda *_: 0.02)
+    slow_bfloat16["on"] = False
+    calls.clear()
+    quiet = measure(passes, buckets=(1,), key=key)
+    assert calls and quiet.chosen == {1: BFLOAT16}  # measured again, on a quiet machine
+    calls.clear()
+    assert measure(passes, buckets=(1,), key=key).chosen == {1: BFLOAT16} and calls == []  # now kept
+
+
+@pytest.mark.parametrize("entry", [{"settled": True, "measured_at": 0.0}, {}], ids=["expired", "older-version"])
+def test_an_expired_or_unqualified_remembered_choice_is_measured_again(clock: FakeClock, entry: dict) -> None:
+    import json
+
+    key = formats.machine_key("old shape", 2)
+    formats._store().parent.mkdir(parents=True, exist_ok=True)
+    store = json.loads(formats._store().read_text()) if formats._store().exists() else {}
+    store[key] = {"chosen": {"1": FLOAT32}, "timings": {}, "measured_on": "", **entry}
+    formats._store().write_text(json.dumps(store))
+    calls: list[str] = []
+    cost = clock.costing(lambda rows: 0.001)
+    passes = {FLOAT32: lambda rows: (calls.append(FLOAT32), cost(rows)), BFLOAT16: lambda rows: cost(rows) or None}
+    assert formats.remembered(key, [FLOAT32, BFLOAT16], buckets=(1,)) is None
+    measure(passes, buckets=(1,), key=key)
+    assert calls  # measured, not taken from the stale entry
+
+
+def test_the_share_of_the_cpus_other_processes_took_comes_from_proc_stat() -> None:
+    from engine.model.contention import Snapshot, others_share, snapshot
+
+    ticks = __import__("os").sysconf("SC_CLK_TCK")
+    start = Snapshot(wall=10.0, busy_ticks=1000, cpus=2, own_seconds=5.0)
+    # 1 s on 2 CPUs: 1.5 CPU-seconds busy in all, 0.5 of them ours -> others took half the machine
+    end = Snapshot(wall=11.0, busy_ticks=1000 + int(1.5 * ticks), cpus=2, own_seconds=5.5)
+    assert others_share(start, end) == pytest.approx(0.5, abs=0.02)
+    assert others_share(start, Snapshot(10.01, 1000, 2, 5.0)) is None  # too short a window to tell
+    assert others_share(None, end) is None
+    now = snapshot()
+    if now is not None:  # Linux: the real counters read
+        assert now.cpus >= 1 and now.busy_ticks > 0
+
+
 def _greedy_head(seed: int):
     """An LM head of random weights whose greedy path is bfloat16 where this CPU can (as if measured faster)."""
     from engine.model.lm_head import LMHead

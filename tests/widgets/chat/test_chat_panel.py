@@ -97,6 +97,32 @@ def test_the_context_meter_says_what_is_used_of_what(panel) -> None:
     assert line == "Context 10 / 100 tokens (10%) · 3 KV pages cached · 4 earlier messages left out"
 
 
+def test_a_background_tabs_meter_catches_up_when_its_tab_is_shown(qtbot, monkeypatch) -> None:
+    from PySide6.QtWidgets import QTabWidget
+
+    from widgets.chat.context_meter import ContextMeter
+
+    tabs = QTabWidget()
+    qtbot.addWidget(tabs)
+    front, back = ContextMeter(), ContextMeter()
+    tabs.addTab(front, "front")
+    tabs.addTab(back, "back")
+    tabs.show()
+    qtbot.waitExposed(tabs)
+    restyled: list[str] = []
+    before = back.label.text()  # the empty chat's line, set when it was made
+    style = back.bar.style()  # the application's: restored after the test
+    monkeypatch.setattr(style, "polish", lambda widget: restyled.append(widget.objectName()))  # a level change
+    for used in range(100, 2000, 100):  # a reply streaming in a tab that is not shown
+        back.set_usage(ContextUsage(history_tokens=used, context_tokens=2048))
+    assert back.label.text() == before and restyled == []  # nothing laid out, styled or tipped meanwhile
+    tabs.setCurrentIndex(1)
+    assert back.label.text() == "Context 1,900 / 2,048 tokens (93%)"  # the latest, once shown
+    assert back.bar.value() == 927 and back.bar.property("level") == "warn" and restyled == ["contextBar"]
+    front.set_usage(ContextUsage(history_tokens=5, context_tokens=2048))
+    assert front.text == "Context 5 / 2,048 tokens (0%)"  # read while hidden: the latest too
+
+
 def test_the_transcript_marks_where_history_was_dropped(panel) -> None:
     view = panel.transcript
     for i in range(6):

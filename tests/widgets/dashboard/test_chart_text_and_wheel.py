@@ -84,3 +84,31 @@ def test_the_wheel_over_a_chart_scrolls_the_dashboard(qtbot) -> None:
     event = QWheelEvent(inside, where, QPoint(0, 0), QPoint(0, -120), buttons, keys, phase, False)
     QApplication.sendEvent(canvas.viewport(), event)
     assert bar.value() > 0
+
+
+@pytest.mark.parametrize("points", [10, 16])
+def test_short_charts_label_ticks_apart_and_keep_room_for_their_titles(qtbot, font_size, points) -> None:
+    from widgets.dashboard.panel import FittingAxis
+
+    font_size(points)
+    dashboard = DashboardWidget()
+    qtbot.addWidget(dashboard)
+    dashboard.apply_theme()
+    line = QFontMetrics(QApplication.font()).height()
+    axes = 0
+    for panel in dashboard.panels.values():
+        for plot in panel.plots():
+            left = plot.getAxis("left")
+            if not isinstance(left, FittingAxis):
+                continue
+            axes += 1
+            for size in (40, 60, 120, 400):  # pixels of axis: a squeezed chart ... a tall one
+                levels = left.tickSpacing(0.0, 150.0, size)
+                major = levels[0][0]
+                assert major <= 150  # a labelled tick above 0 always
+                labels = int(150 // major) + 1
+                if labels > 2:  # more than the two ends: they stand a line and a half apart
+                    assert size / (labels - 1) >= 1.5 * line, (panel.key, size, levels)
+            if left.labelText:  # the title running up the axis fits beside the chart
+                assert plot.minimumHeight() >= QFontMetrics(QApplication.font()).horizontalAdvance(left.labelText)
+    assert axes >= 5
