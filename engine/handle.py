@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from engine.types import FinishReason, RequestStats, TokenEvent
+from engine.types import EventSink, FinishReason, RequestStats, TokenEvent
+
+log = logging.getLogger(__name__)
 
 #: how often a wait asks the watchdog whether whoever runs the request is still able to finish it
 WATCH_INTERVAL_S = 1.0
@@ -29,42 +32,85 @@ class RequestResult:
     prompt_tokens: int
 
 
+def hand_to(sink: EventSink, events: list[TokenEvent]) -> None:
+    """Give a sink its events; a sink that raises is logged and never stops whoever runs the requests."""
+    try:
+        sink(events)
+    except Exception:
+        log.exception("event sink failed")
+
+
 class RequestHandle:
     """A submitted request: iterate it for events, or wait for the result. Cancel from any thread.
 
-    Whoever runs the request (an engine thread, a remote client) calls deliver() with each event. Waits without a
-    timeout still end: every WATCH_INTERVAL_S they ask the watchdog, and a runner that died or is stuck fails the
-    request with its reason."""
+    Each event of the request takes one route: into this handle's queue (the caller iterates it, or waits for the
+    result), or, when the request was submitted with a sink, on to that sink (a window's event pump, a server's
+    event bridge), and then the handle keeps nothing but its final event and a token count, so memory stays
+    bounded for requests nobody iterates. Failures take the same route as tokens.
+
+    Whoever runs the request (an engine thread, a remote client) calls deliver() or take() with its events. Waits
+    without a timeout still end: every WATCH_INTERVAL_S they ask the watchdog, and a runner that died or is stuck
+    fails the request with its reason."""
 
     def __init__(
-        self, cancel: Callable[[str], None], request_id: str, prompt_tokens: int, watchdog: Watchdog | None = None
+        self,
+        cancel: Callable[[str], None],
+        request_id: str,
+        prompt_tokens: int,
+        watchdog: Watchdog | None = None,
+        sink: EventSink | None = None,
     ) -> None:
         self._cancel = cancel
         self.request_id = request_id
         self.prompt_tokens = prompt_tokens
         self._watchdog = watchdog
-        self._events: queue.Queue[TokenEvent] = queue.Queue()
+        self.sink = sink
+        self._events: queue.Queue[TokenEvent] | None = queue.Queue() if sink is None else None
         self._done = threading.Event()
         self._lock = threading.Lock()  # the runner and a watchdog may end the request at once
-        self.text_parts: list[str] = []
+        self.text_parts: list[str] = []  # kept only for a handle without a sink (result() joins them)
         self.token_ids: list[int] = []
+        self.output_tokens = 0  # counted either way
         self.final: TokenEvent | None = None
 
     def deliver(self, event: TokenEvent) -> None:
-        """Called by the runner of the request, in its own thread. Events after the final one are dropped."""
+        """Called by the runner of the request, in its own thread (or by fail()). Events after the final one are
+        dropped."""
+        kept = self.take([event])
+        if kept:
+            assert self.sink is not None
+            hand_to(self.sink, kept)
+
+    def take(self, events: list[TokenEvent]) -> list[TokenEvent]:
+        """Record events (those after the final one are dropped). Without a sink they are queued for the caller and
+        nothing is returned; with one they are returned for the runner to hand on (the engine thread gives each sink
+        all of one step's events in one call)."""
+        kept: list[TokenEvent] = []
         with self._lock:
+            for event in events:
+                if self.final is not None:
+                    break
+                self.output_tokens += len(event.token_ids)
+                if event.finished:
+                    self.final = event
+                if self._events is None:
+                    kept.append(event)
+                else:
+                    self.text_parts.append(event.text)
+                    self.token_ids.extend(event.token_ids)
+                    self._events.put(event)
             if self.final is not None:
-                return
-            self.text_parts.append(event.text)
-            self.token_ids.extend(event.token_ids)
-            if event.finished:
-                self.final = event
                 self._done.set()
-            self._events.put(event)
+        return kept
+
+    @property
+    def pending(self) -> int:
+        """Events queued and not yet read by the caller (always 0 with a sink: nothing is queued)."""
+        return 0 if self._events is None else self._events.qsize()
 
     def fail(self, reason: str) -> None:
         """End the request with an error on the caller's side (its runner cannot), and ask the runner to drop it."""
-        self.deliver(TokenEvent(self.request_id, "", [], "", time.monotonic(), True, FinishReason.ERROR, None, reason))
+        self.deliver(TokenEvent.failed(self.request_id, reason))
         with contextlib.suppress(Exception):  # the runner is gone: there is nothing left to cancel
             self.cancel()
 
@@ -84,6 +130,8 @@ class RequestHandle:
         self._cancel(self.request_id)
 
     def _next_event(self, timeout: float | None) -> TokenEvent:
+        if self._events is None:
+            raise RuntimeError(f"{self.request_id} was submitted with a sink: its events went there")
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             wait = WATCH_INTERVAL_S if deadline is None else min(WATCH_INTERVAL_S, deadline - time.monotonic())
@@ -107,8 +155,9 @@ class RequestHandle:
 
     __iter__ = events
 
-    def result(self, timeout: float | None = None) -> RequestResult:
-        """The whole reply. timeout bounds the wait; without one, the watchdog still ends it (see events())."""
+    def wait(self, timeout: float | None = None) -> TokenEvent:
+        """The final event, once the request ended (with or without a sink). timeout bounds the wait; without one,
+        the watchdog still ends it (see events())."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             remaining = WATCH_INTERVAL_S if deadline is None else deadline - time.monotonic()
@@ -118,6 +167,14 @@ class RequestHandle:
                 raise TimeoutError(f"{self.request_id} did not finish within {timeout} s")
         final = self.final
         assert final is not None
+        return final
+
+    def result(self, timeout: float | None = None) -> RequestResult:
+        """The whole reply (for a handle without a sink). timeout bounds the wait; without one, the watchdog still
+        ends it (see events())."""
+        if self._events is None:
+            raise RuntimeError(f"{self.request_id} was submitted with a sink: its text went there")
+        final = self.wait(timeout)
         return RequestResult(
             request_id=self.request_id,
             text="".join(self.text_parts),

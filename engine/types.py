@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -39,7 +40,17 @@ class FinishReason(StrEnum):
         return self in (FinishReason.STOP, FinishReason.LENGTH)
 
 
-STRUCTURED_KINDS = ("json_object", "json_schema", "regex", "choice", "grammar")
+class StructuredKind(StrEnum):
+    """What constrains a structured output (a StrEnum: its own wire value, as vLLM's structured_outputs names it)."""
+
+    JSON_OBJECT = "json_object"  # any JSON object
+    JSON_SCHEMA = "json_schema"  # JSON matching a schema
+    REGEX = "regex"
+    CHOICE = "choice"  # one of a list of strings
+    GRAMMAR = "grammar"  # a Lark or GBNF grammar
+
+
+STRUCTURED_KINDS = tuple(StructuredKind)
 MAX_TOP_LOGPROBS = 20  # as OpenAI's API allows
 PENALTY_LIMIT = 2.0  # presence and frequency penalties lie in [-2, 2], as OpenAI's API allows
 
@@ -49,12 +60,13 @@ class StructuredOutput:
     """Output constrained by a grammar: a JSON schema (as JSON text), any JSON object, a regex, a choice among
     strings (a JSON list), or a Lark/GBNF grammar. Hashable, so compiled grammars are cached by it."""
 
-    kind: str
+    kind: StructuredKind  # its value as a string is taken too
     spec: str = ""
 
     def __post_init__(self) -> None:
         if self.kind not in STRUCTURED_KINDS:
             raise InvalidRequestError(f"unknown structured output {self.kind!r}; one of {', '.join(STRUCTURED_KINDS)}")
+        object.__setattr__(self, "kind", StructuredKind(self.kind))
 
 
 @dataclass(frozen=True)
@@ -90,6 +102,12 @@ class SamplingParams:
         return self.repetition_penalty != 1.0 or self.presence_penalty != 0.0 or self.frequency_penalty != 0.0
 
     def validate(self) -> None:
+        """Raise InvalidRequestError for a value no request may have. Checked once per instance: the edge that
+        builds the params checks them, and the engine's own check of the same params (it cannot know who built
+        them) returns at once."""
+        if self.__dict__.get("_valid"):
+            return
+
         def bad(message: str) -> None:
             raise InvalidRequestError(message)
 
@@ -122,6 +140,7 @@ class SamplingParams:
             bad("logit bias values must be between -100 and 100")
         if not isinstance(self.min_tokens, int) or not 0 <= self.min_tokens <= self.max_tokens:
             bad(f"min tokens must be between 0 and max tokens ({self.max_tokens}), not {self.min_tokens}")
+        object.__setattr__(self, "_valid", True)  # not a field: equality, hashing and replace() ignore it
 
 
 @dataclass
@@ -177,8 +196,30 @@ class TokenEvent:
     #: the request's own part at fault where an error is the request's (its grammar: "structured"), else None
     error_param: str | None = None
 
+    @classmethod
+    def ending(
+        cls,
+        request_id: str,
+        reason: FinishReason,
+        *,
+        tag: str = "",
+        error: str | None = None,
+        stats: RequestStats | None = None,
+        at: float | None = None,
+    ) -> TokenEvent:
+        """The finishing event of a request that ends without new tokens (failed, cancelled, or a remote's end)."""
+        when = time.monotonic() if at is None else at
+        return cls(request_id, tag, [], "", when, True, reason, stats, error)
 
-EventListener = Callable[[list[TokenEvent]], None]
+    @classmethod
+    def failed(cls, request_id: str, error: str, *, tag: str = "", at: float | None = None) -> TokenEvent:
+        """The finishing event of a request that failed with error."""
+        return cls.ending(request_id, FinishReason.ERROR, tag=tag, error=error, at=at)
+
+
+#: where a request's events go when it is not iterated: called with one or more of its events at a time (the engine
+#: thread hands each sink every event of one step in one call), in the runner's thread; it must return quickly
+EventSink = Callable[[list[TokenEvent]], None]
 
 ROLES = {"system", "user", "assistant", "tool", "developer"}
 

@@ -1,7 +1,7 @@
 """Package boundaries, checked on the source: the engine never imports Qt or the app; its core and model layers
-never import the serving, remote, experiment or benchmark layers; widgets and the remote client see only
-torch-free engine modules; the chat and model domain needs neither Qt nor torch; no import circles (type-only
-imports counted); no private names of other objects."""
+never import the serving, remote, experiment or benchmark layers, and the model layer never imports the core; widgets
+and the remote client see only torch-free engine modules; the chat and model domain needs neither Qt nor torch; no
+import circles (type-only imports counted); no private names of other objects."""
 
 from __future__ import annotations
 
@@ -90,6 +90,14 @@ def test_engine_imports_no_qt_and_no_app(path: Path) -> None:
 def test_core_and_model_never_import_the_layers_above(path: Path) -> None:
     for name in imports_of(path):
         assert not name.startswith(UPPER_LAYERS), f"{module_name(path)} imports {name}, a layer built on it"
+
+
+@pytest.mark.parametrize("path", sources("engine/model"), ids=lambda p: str(p.relative_to(ROOT)))
+def test_the_model_layer_reads_a_step_plan_not_the_schedulers_requests(path: Path) -> None:
+    """engine/model runs a plain StepPlan the engine builds (engine.core.step_planner); it never reads the
+    scheduler's mutable requests or chunks, nor anything else of engine.core, which is built on it."""
+    for name in imports_of(path):
+        assert not name.startswith("engine.core"), f"{module_name(path)} imports {name}, a layer built on it"
 
 
 @pytest.mark.parametrize("path", sources("widgets"), ids=lambda p: str(p.relative_to(ROOT)))

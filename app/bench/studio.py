@@ -34,7 +34,7 @@ class StudioBench:
         self._asked = 0
         self.window.load_model(model)
         self.wait_for(lambda: self.window.bridge.thread is not None, 300.0)
-        self.window.bridge.thread.add_listener(self._count)
+        self.window.pump.events_arrived.connect(self._count)  # every chat's events, once per frame
         self.chats = [self.window.tabs.current or self.window.tabs.new_chat()]
         while len(self.chats) < chats:
             self.chats.append(self.window.tabs.new_chat())
@@ -50,7 +50,7 @@ class StudioBench:
     def model_name(self) -> str:
         return self.window.bridge.info.name
 
-    def _count(self, events) -> None:  # engine thread
+    def _count(self, events) -> None:  # UI thread
         with self._lock:
             self._tokens += sum(len(e.token_ids) for e in events)
 

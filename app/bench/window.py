@@ -71,7 +71,6 @@ class BenchWindow(QWidget):
         layout.addWidget(grid_host, 1)
         layout.addWidget(self.dashboard, 3)
         self.resize(1900, 1150)
-        worker.add_listener(self._on_events)  # engine thread: only queue, never touch widgets
         self.frame = QTimer(self)
         self.frame.setInterval(FRAME_MS)
         self.frame.timeout.connect(self._apply_events)
@@ -79,8 +78,9 @@ class BenchWindow(QWidget):
         self._streaming = False
         self._asked = 0
         self.model_name = ""
+        self._sink = self._on_events  # one object for all chats: the engine thread calls it once per step
 
-    def _on_events(self, events) -> None:
+    def _on_events(self, events) -> None:  # engine thread: only queue, never touch widgets
         with self._lock:
             self._pending.extend(events)
             self.tokens_made += sum(len(e.token_ids) for e in events)
@@ -106,7 +106,9 @@ class BenchWindow(QWidget):
         self._asked += 1
         params = SamplingParams(max_tokens=self.reply_tokens, temperature=0.0, ignore_eos=True)
         self.views[tag].appendPlainText(f"\n> {question}\n")
-        self.handles[tag] = self.worker.submit(messages=[{"role": "user", "content": question}], params=params, tag=tag)
+        self.handles[tag] = self.worker.submit(
+            messages=[{"role": "user", "content": question}], params=params, tag=tag, sink=self._sink
+        )
 
     def start_streaming(self) -> None:
         """Every chat asks at once, and asks again whenever its reply ends."""

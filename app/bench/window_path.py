@@ -47,11 +47,11 @@ class ExactReplies:
         self._thread = thread
         self._requests = requests  # by the tab's title, which the tab sends as its tag
 
-    def submit(self, *, messages, params, tag: str):
-        return self._thread.submit(messages=messages, params=exact_length(self._requests[tag]), tag=tag)
+    def submit(self, *, messages, params, tag: str, sink):
+        return self._thread.submit(messages=messages, params=exact_length(self._requests[tag]), tag=tag, sink=sink)
 
     def __getattr__(self, name: str):
-        return getattr(self._thread, name)  # engine, cancel, listeners: as the engine thread has them
+        return getattr(self._thread, name)  # engine, cancel: as the engine thread has them
 
 
 class TypingProbe:

@@ -236,7 +236,9 @@ class ChatController(QObject):
             self.panel.notice.show_message(message, ERROR, action)
             return
         try:
-            handle = backend.submit(messages=fit.messages, params=self.settings.to_params(), tag=self.title)
+            handle = backend.submit(
+                messages=fit.messages, params=self.settings.to_params(), tag=self.title, sink=self._router.sink
+            )
         except StudioError as exc:  # bad settings, a prompt that does not fit: this tab's problem only
             self._finish(FinishReason.ERROR, None, str(exc))
             return

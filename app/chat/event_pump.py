@@ -12,8 +12,9 @@ FRAME_MS = 16
 
 
 class EventPump(QObject):
-    """listener() may be called from any thread; events_arrived fires in the UI thread, at most once per frame,
-    with every event since the last one, so eight streaming tabs cost one signal per frame, not one per token."""
+    """The sink of every chat tab's request: sink() may be called from any thread; events_arrived fires in the UI
+    thread, at most once per frame, with every event since the last one, so eight streaming tabs cost one signal per
+    frame, not one per token."""
 
     events_arrived = Signal(list)  # list[TokenEvent], in arrival order
     _wake = Signal()
@@ -29,7 +30,7 @@ class EventPump(QObject):
         self._timer.timeout.connect(self.flush)
         self._wake.connect(self._timer.start, Qt.ConnectionType.QueuedConnection)
 
-    def listener(self, events: list[TokenEvent]) -> None:
+    def sink(self, events: list[TokenEvent]) -> None:
         with self._lock:
             self._pending.extend(events)
             wake = not self._scheduled

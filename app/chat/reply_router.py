@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from engine.core.routing import EventRouter
-from engine.types import TokenEvent
+from engine.types import EventSink, TokenEvent
 
 
 class ReplyOwner(Protocol):
@@ -13,9 +13,11 @@ class ReplyOwner(Protocol):
 
 
 class ReplyRouter:
-    """A tab tracks its reply's request id until the reply ends (it untracks it then)."""
+    """A tab submits its reply with `sink` (the window's event pump, which brings the events to the UI thread and
+    to dispatch() once per frame) and tracks its request id until the reply ends (it untracks it then)."""
 
-    def __init__(self) -> None:
+    def __init__(self, sink: EventSink) -> None:
+        self.sink = sink
         self._owners: EventRouter[ReplyOwner] = EventRouter(keep_finished=True)
 
     def track(self, request_id: str, owner: ReplyOwner) -> None:

@@ -11,7 +11,8 @@ from PySide6.QtCore import QObject, Signal
 from app.compare.targets import CompareTarget
 from engine.errors import StudioError
 from engine.experiments.compare import run_local_targets
-from engine.types import FinishReason, SamplingParams, TokenEvent, new_request_id
+from engine.handle import RequestHandle
+from engine.types import SamplingParams, TokenEvent
 
 
 class CompareRun(QObject):
@@ -37,7 +38,7 @@ class CompareRun(QObject):
         self._clients = clients
         self._cancel = threading.Event()
         self._open = set(range(len(self.targets)))  # columns whose final event has not come
-        self._remote: dict[int, tuple[object, object]] = {}  # column -> (client, handle)
+        self._remote: dict[int, RequestHandle] = {}  # column -> its remote request
         self.event_arrived.connect(self._track)
 
     def start(self) -> None:
@@ -77,37 +78,28 @@ class CompareRun(QObject):
         if client is None:
             self._end(index, "this endpoint is no longer available")
             return
-        request_id = new_request_id()  # known before the first event can come
 
-        def listener(events: list[TokenEvent]) -> None:  # the client's thread: hand over, nothing else
+        def sink(events: list[TokenEvent]) -> None:  # the client's thread: hand over, nothing else
             for event in events:
-                if event.request_id == request_id:
-                    self.event_arrived.emit(index, event)
+                self.event_arrived.emit(index, event)
 
-        client.add_listener(listener)
         try:
-            handle = client.submit(
-                messages=self._messages, params=self._params, tag=target.label, request_id=request_id
-            )
+            handle = client.submit(messages=self._messages, params=self._params, tag=target.label, sink=sink)
         except StudioError as exc:
-            client.remove_listener(listener)
             self._end(index, str(exc))
             return
-        self._remote[index] = (client, listener, handle)
+        self._remote[index] = handle
         self.status_changed.emit(index, "writing…")
 
     def _end(self, index: int, error: str) -> None:
-        event = TokenEvent(f"compare-{index}", "", [], "", 0.0, True, FinishReason.ERROR, None, error)
+        event = TokenEvent.failed(f"compare-{index}", error, at=0.0)
         self.event_arrived.emit(index, event)
 
     def _track(self, index: int, event: TokenEvent) -> None:
         if not event.finished or index not in self._open:
             return
         self._open.discard(index)
-        remote = self._remote.pop(index, None)
-        if remote is not None:
-            client, listener, _handle = remote
-            client.remove_listener(listener)
+        self._remote.pop(index, None)
         if not self._open:
             self.finished.emit()
 
@@ -117,5 +109,5 @@ class CompareRun(QObject):
 
     def cancel(self) -> None:
         self._cancel.set()
-        for _client, _listener, handle in list(self._remote.values()):
+        for handle in list(self._remote.values()):
             handle.cancel()

@@ -1,21 +1,19 @@
 """ChatBackend: what a chat tab needs from whatever writes its replies, and the registry tabs pick one from.
 
 The local EngineThread satisfies the protocol as it is; a remote OpenAI-compatible endpoint (engine/remote/client.py)
-plugs in by offering the same four calls and registering itself under its own id.
+plugs in by offering the same two calls and registering itself under its own id.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Protocol
 
 from PySide6.QtCore import QObject, Signal
 
-from engine.types import SamplingParams, TokenEvent
+from engine.types import EventSink, SamplingParams
 
 LOCAL = "local"
-
-EventListener = Callable[[list[TokenEvent]], None]
 
 
 class ReplyHandle(Protocol):
@@ -26,20 +24,16 @@ class ReplyHandle(Protocol):
 
 class ChatBackend(Protocol):
     """submit() raises StudioError subclasses for bad requests in the caller's thread; everything after that
-    arrives as TokenEvents through the listeners (called in any thread), ending with one finished event."""
+    arrives as TokenEvents through the request's sink (called in any thread), ending with one finished event."""
 
-    def submit(self, *, messages: Sequence[dict], params: SamplingParams, tag: str) -> ReplyHandle: ...
+    def submit(self, *, messages: Sequence[dict], params: SamplingParams, tag: str, sink: EventSink) -> ReplyHandle: ...
 
     def cancel(self, request_id: str) -> None: ...
-
-    def add_listener(self, listener: EventListener) -> None: ...
-
-    def remove_listener(self, listener: EventListener) -> None: ...
 
 
 class BackendRegistry(QObject):
     """Backends by id. A backend is None while it can't take requests (its model is loading or being swapped);
-    tabs queue their messages until it comes back. Whoever owns a backend attaches the event pump to it."""
+    tabs queue their messages until it comes back."""
 
     backend_changed = Signal(str)  # the id whose backend appeared, changed or went away
 

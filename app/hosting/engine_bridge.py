@@ -169,10 +169,8 @@ class EngineBridge(QObject):
         self._candidate = None
         old = self._thread
         if old is not None:
-            old.remove_listener(self._pump.listener)
             threading.Thread(target=old.shutdown, name="engine-shutdown", daemon=True).start()
         thread = EngineThread(engine, name="engine")
-        thread.add_listener(self._pump.listener)
         thread.start()
         self._thread = thread
         self._seen_restarts, self._reported_down = 0, False

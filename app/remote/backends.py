@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 
-from app.chat.event_pump import EventPump
 from app.hosting.backends import BackendRegistry
 from app.remote.endpoint_book import EndpointBook, SavedEndpoint
 from engine.remote.client import RemoteClient
@@ -44,14 +43,12 @@ class RemoteBackends:
         self,
         book: EndpointBook,
         registry: BackendRegistry,
-        pump: EventPump,
         *,
         connect_timeout_s: float = 10.0,
         read_timeout_s: float = 120.0,
     ) -> None:
         self.book = book
         self.registry = registry
-        self.pump = pump
         self.connect_timeout_s = connect_timeout_s
         self.read_timeout_s = read_timeout_s  # a stalled server ends the reply with a message after this long
         self.clients: dict[str, RemoteClient] = {}
@@ -76,7 +73,6 @@ class RemoteBackends:
         """Stop the endpoint's clients (cancelling their replies); forget=True also drops it and its key."""
         for backend_id in [b for b in self.clients if (parse_backend_id(b) or ("",))[0] == name]:
             client = self.clients.pop(backend_id)
-            client.remove_listener(self.pump.listener)
             self.registry.set(backend_id, None)
             client.shutdown()
         if forget:
@@ -89,11 +85,9 @@ class RemoteBackends:
             client = saved.endpoint.client(
                 model=model, connect_timeout_s=self.connect_timeout_s, read_timeout_s=self.read_timeout_s
             )
-            client.add_listener(self.pump.listener)
             self.clients[backend_id] = client
             self.registry.set(backend_id, client, label=backend_label(saved.name, model))
 
     def shutdown(self) -> None:
         for client in self.clients.values():
-            client.remove_listener(self.pump.listener)
             client.shutdown()

@@ -97,7 +97,7 @@ class RemoteFeatures(QObject):
         self.host = host
         qsettings = host.settings.qsettings
         self.book = EndpointBook(qsettings)
-        self.backends = RemoteBackends(self.book, host.registry, host.pump)
+        self.backends = RemoteBackends(self.book, host.registry)
         self.server_settings = ServerSettings(qsettings)
         self.server = ApiServerControl(host.bridge, self.server_settings, self)
         self.server.state_changed.connect(self._on_server_state)

@@ -76,7 +76,7 @@ class MainWindow(QMainWindow):
         self.theme = theme
         self.registry = BackendRegistry(self)
         self.pump = EventPump(self)
-        self.router = ReplyRouter()
+        self.router = ReplyRouter(self.pump.sink)
         self.pump.events_arrived.connect(self.router.dispatch)
         self.bridge = EngineBridge(self.registry, self.pump, loader, engine_config=lambda: settings.engine_config)
         # through a lambda: the question is asked by whatever `confirm` is at the time (tests replace it)

@@ -119,47 +119,18 @@ def run_generate_batch(
     """transformers' own continuous batching: its manager, requests added as they arrive, with the same KV
     memory budget as the engine (by default it sizes its cache from free RAM, taking most of it)."""
     from transformers import GenerationConfig
-    from transformers.generation.configuration_utils import ContinuousBatchingConfig
 
     config = GenerationConfig(do_sample=False, max_new_tokens=max(r.max_new_tokens for r in workload.requests))
-    per_token = attention_geometry(model.config).kv_bytes_per_token(next(model.parameters()).element_size())
-    cb_config = ContinuousBatchingConfig()
-    tokens = min(kv_memory_bytes // per_token, 65536)  # its other buffers grow with the block count too
-    cb_config.num_blocks = max(8, tokens // cb_config.page_size)
-    never = -1  # an EOS id no token has, so every request makes exactly its max_new_tokens
-    timings: dict[str, tuple[int, float]] = {}
-    results: dict[str, object] = {}
     with standard_attention(model), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        manager = model.init_continuous_batching(generation_config=config, continuous_batching_config=cb_config)
+        manager = model.init_continuous_batching(
+            generation_config=config, continuous_batching_config=_batching_config(model, kv_memory_bytes)
+        )
         manager.start()
         try:
-            # The manager's first request pays a one-time setup (cache sizing, allocation) of many seconds;
-            # like every system here, it is measured warm.
-            manager.add_request([1, 2, 3], request_id="warm-up", max_new_tokens=2, eos_token_id=never)
-            while not ((result := manager.get_result(timeout=0.05)) is not None and result.is_finished()):
-                _check_running(manager)
+            _warm_up_manager(manager)
             start = time.perf_counter()
-            pending = sorted(enumerate(workload.requests), key=lambda item: item[1].arrival_s)
-            while pending or len(results) < len(workload.requests):
-                now = time.perf_counter()
-                while pending and start + pending[0][1].arrival_s <= now:
-                    index, request = pending.pop(0)
-                    rid = manager.add_request(
-                        request.prompt_ids,
-                        request_id=f"bench-{index}",
-                        max_new_tokens=request.max_new_tokens,
-                        record_timestamps=True,
-                        eos_token_id=never,
-                    )
-                    timings[rid] = (index, start + request.arrival_s)
-                result = manager.get_result(timeout=0.01)
-                if result is None:
-                    _check_running(manager)
-                elif result.is_finished():
-                    if result.error:
-                        raise RuntimeError(f"generate_batch failed: {result.error}")
-                    results[result.request_id] = result
+            results, timings = _feed_manager(manager, workload, start)
         finally:
             manager.stop(block=True)
             with contextlib.suppress(Exception):
@@ -174,6 +145,56 @@ def run_generate_batch(
         request_timings.append(RequestTiming(arrival, stamps[: workload.requests[index].max_new_tokens]))
         outputs.append(list(result.generated_tokens)[: workload.requests[index].max_new_tokens])
     return SystemResult("hf-generate-batch", wall, request_timings, outputs)
+
+
+#: an EOS id no token has, so every request of the manager makes exactly its max_new_tokens
+_NEVER = -1
+
+
+def _batching_config(model, kv_memory_bytes: int):
+    """The manager's cache sized to the engine's KV budget."""
+    from transformers.generation.configuration_utils import ContinuousBatchingConfig
+
+    per_token = attention_geometry(model.config).kv_bytes_per_token(next(model.parameters()).element_size())
+    cb_config = ContinuousBatchingConfig()
+    tokens = min(kv_memory_bytes // per_token, 65536)  # its other buffers grow with the block count too
+    cb_config.num_blocks = max(8, tokens // cb_config.page_size)
+    return cb_config
+
+
+def _warm_up_manager(manager) -> None:
+    """The manager's first request pays a one-time setup (cache sizing, allocation) of many seconds; like every
+    system here, it is measured warm."""
+    manager.add_request([1, 2, 3], request_id="warm-up", max_new_tokens=2, eos_token_id=_NEVER)
+    while not ((result := manager.get_result(timeout=0.05)) is not None and result.is_finished()):
+        _check_running(manager)
+
+
+def _feed_manager(manager, workload: Workload, start: float) -> tuple[dict[str, object], dict[str, tuple[int, float]]]:
+    """Each request added at its arrival time, until every one has finished: (results, (index, arrival) by id)."""
+    timings: dict[str, tuple[int, float]] = {}
+    results: dict[str, object] = {}
+    pending = sorted(enumerate(workload.requests), key=lambda item: item[1].arrival_s)
+    while pending or len(results) < len(workload.requests):
+        now = time.perf_counter()
+        while pending and start + pending[0][1].arrival_s <= now:
+            index, request = pending.pop(0)
+            rid = manager.add_request(
+                request.prompt_ids,
+                request_id=f"bench-{index}",
+                max_new_tokens=request.max_new_tokens,
+                record_timestamps=True,
+                eos_token_id=_NEVER,
+            )
+            timings[rid] = (index, start + request.arrival_s)
+        result = manager.get_result(timeout=0.01)
+        if result is None:
+            _check_running(manager)
+        elif result.is_finished():
+            if result.error:
+                raise RuntimeError(f"generate_batch failed: {result.error}")
+            results[result.request_id] = result
+    return results, timings
 
 
 def run_llama_cpp(gguf_path: str, tokenizer, workload: Workload, start: float, threads: int) -> SystemResult:

@@ -12,7 +12,7 @@ from engine.core.config import EngineConfig
 from engine.core.engine import Engine
 from engine.core.engine_thread import EngineThread
 from engine.core.request import Request
-from engine.types import SamplingParams, StructuredOutput, TokenEvent
+from engine.types import SamplingParams, StructuredKind, StructuredOutput, TokenEvent
 
 VIAS = ("thread", "main", "server")
 WAIT_LIMIT_S = 3600.0  # one workload never runs this long; a stuck engine fails the run instead of hanging it
@@ -24,7 +24,7 @@ def exact_length(request: BenchRequest) -> SamplingParams:
     n = request.max_new_tokens
     if request.json_schema is not None:
         return SamplingParams(
-            max_tokens=n, temperature=0.0, structured=StructuredOutput("json_schema", request.json_schema)
+            max_tokens=n, temperature=0.0, structured=StructuredOutput(StructuredKind.JSON_SCHEMA, request.json_schema)
         )
     return SamplingParams(max_tokens=n, min_tokens=n, temperature=0.0)
 
@@ -83,14 +83,13 @@ def _in_engine_thread(engine: Engine, workload: Workload) -> tuple[list[RequestT
             finished.set()
 
     worker = EngineThread(engine, name="bench-engine")
-    worker.add_listener(listen)
     arrivals: dict[str, float] = {}
     with worker:
         start = time.monotonic()
         for index, request in sorted(enumerate(workload.requests), key=lambda item: item[1].arrival_s):
             time.sleep(max(0.0, start + request.arrival_s - time.monotonic()))
             arrivals[f"bench-{index}"] = time.monotonic()
-            worker.submit(request.prompt_ids, params=exact_length(request), request_id=f"bench-{index}")
+            worker.submit(request.prompt_ids, params=exact_length(request), request_id=f"bench-{index}", sink=listen)
         if not finished.wait(WAIT_LIMIT_S):
             raise TimeoutError(f"the engine thread did not finish the workload within {WAIT_LIMIT_S:.0f} s")
     ids = [f"bench-{i}" for i in range(len(workload.requests))]

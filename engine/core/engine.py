@@ -21,6 +21,7 @@ from engine.core.request import Request
 from engine.core.runtime import runtime_record
 from engine.core.scheduler import Scheduler, SchedulerOutput
 from engine.core.step_cost import StepCostModel
+from engine.core.step_planner import plan_step
 from engine.errors import InvalidRequestError, PromptTooLongError, UnsupportedOptionError
 from engine.load import kv_policy
 from engine.load.loader import LoadedModel
@@ -127,9 +128,9 @@ class Engine:
         """The page pool, the queues and the live requests: everything a failure can leave inconsistent."""
         config = self.config
         self.pool = PagePool(num_pages, config.page_size, config.prefix_caching)
-        budget = self.step_cost.prefill_token_budget if config.prefill_budget_s is not None else None
+        tokens_for = self.step_cost.prefill_token_budget if config.prefill_budget_s is not None else None
         drafter = Drafter(config.draft_max) if config.speculative and config.draft_max else None
-        self.scheduler = Scheduler(config, self.pool, prefill_budget=budget, drafter=drafter)
+        self.scheduler = Scheduler(config, self.pool, prefill_tokens_for=tokens_for, drafter=drafter)
         self.outputs = OutputProcessor(self.tokenizer, eos_ids, self.context_length, self.scheduler, self.metrics)
         self.requests: dict[str, Request] = {}
 
@@ -197,11 +198,14 @@ class Engine:
         tag: str = "",
         arrival_time: float | None = None,
         matcher: Matcher | None = None,
+        checked: bool = False,
     ) -> Request:
         """matcher: the request's grammar matcher, made by the caller (EngineThread.submit makes it in the caller's
-        thread, so a grammar evicted from the cache meanwhile is never compiled in the engine's)."""
+        thread, so a grammar evicted from the cache meanwhile is never compiled in the engine's). checked: the caller
+        ran check_request on these ids and params (EngineThread.submit does, in the caller's thread)."""
         params = params or SamplingParams()
-        self.check_request(prompt_ids, params, grammar=matcher is None)
+        if not checked:
+            self.check_request(prompt_ids, params, grammar=matcher is None)
         request = Request(request_id or new_request_id(), list(prompt_ids), params, tag=tag)
         if arrival_time is not None:
             request.arrival_time = arrival_time
@@ -242,8 +246,7 @@ class Engine:
                 log.exception("finishing request %s after a failure failed too", request.request_id)
                 broken = True
                 self.requests.pop(request.request_id, None)
-                events.append(TokenEvent(request.request_id, request.tag, [], "", now, True, FinishReason.ERROR,
-                                         None, message))  # fmt: skip
+                events.append(TokenEvent.failed(request.request_id, message, tag=request.tag, at=now))
         if broken:
             self.reset_requests()
         return events
@@ -277,14 +280,15 @@ class Engine:
         try:
             if self.fault_injector is not None:
                 self.fault_injector(scheduled)
-            result = self.runner.execute(scheduled.chunks)
-            chunks = result.sampling_chunks
+            plan, ordered = plan_step(scheduled.chunks, self.pool.page_size)
+            result = self.runner.execute(plan)
+            chunks = [c for c in ordered if c.samples]  # in the order of the plan's sampling rows
             sampled = [c.request for c in chunks]
-            drafts = [c.draft for c in chunks]
-            tokens = self.sampler.sample(result.logits, sampled, drafts, result.grammar_applied) if sampled else []
+            rows = plan.sampling
+            tokens = self.sampler.sample(result.logits, rows, result.grammar_applied) if rows else []
             logprobs = None
-            if any(r.params.logprobs is not None for r in sampled):
-                logprobs = token_logprobs(result.logits, sampled, tokens, self._token_text, drafts)
+            if any(r.params.logprobs is not None for r in rows):
+                logprobs = token_logprobs(result.logits, rows, tokens, self._token_text)
             accepted = {id(c): len(t) - 1 for c, t in zip(chunks, tokens, strict=True) if c.draft}
             for chunk in scheduled.chunks:
                 self.scheduler.commit(chunk, accepted.get(id(chunk), 0))
@@ -338,7 +342,7 @@ class Engine:
                 prefix_query_tokens=out.prefix_query_tokens,
                 prefix_hit_tokens=out.prefix_hit_tokens,
                 prefill_stall_s=stall,
-                prefill_budget=out.prefill_budget,
+                prefill_allowed=out.prefill_allowed,
                 weight_format=run.weight_format,
                 draft_tokens=run.draft_tokens,
                 accepted_tokens=run.accepted_tokens,

@@ -15,8 +15,8 @@ from engine.core import openmp
 from engine.core.engine import Engine
 from engine.core.routing import EventRouter
 from engine.errors import EngineStoppedError
-from engine.handle import RequestHandle
-from engine.types import EventListener, FinishReason, SamplingParams, TokenEvent, new_request_id
+from engine.handle import RequestHandle, hand_to
+from engine.types import EventSink, SamplingParams, TokenEvent, new_request_id
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,6 @@ class EngineThread:
         self.last_crash: str | None = None
         self._commands: queue.Queue[Callable[[], None]] = queue.Queue()
         self._handles: EventRouter[RequestHandle] = EventRouter()
-        self._listeners: list[EventListener] = []
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self.idle_wait_s = 0.05
@@ -112,14 +111,6 @@ class EngineThread:
     def metrics(self):
         return self.engine.metrics
 
-    def add_listener(self, listener: EventListener) -> None:
-        """Called in the engine thread with each step's events; must return quickly."""
-        self._listeners.append(listener)
-
-    def remove_listener(self, listener: EventListener) -> None:
-        if listener in self._listeners:
-            self._listeners.remove(listener)
-
     # ---- requests ---------------------------------------------------------------------------
     def submit(
         self,
@@ -132,8 +123,11 @@ class EngineThread:
         tag: str = "",
         request_id: str | None = None,
         tools: Sequence[dict] | None = None,
+        sink: EventSink | None = None,
     ) -> RequestHandle:
-        """Queue a request. Bad input raises here, in the caller's thread, before anything is queued."""
+        """Queue a request. Bad input raises here, in the caller's thread, before anything is queued. Its events
+        (its failure too) go to sink when one is given, called in the engine thread with each step's events of all
+        the requests that share it; else into the handle, for the caller to iterate."""
         params = params or SamplingParams()
         if not self.alive and (self._stopping.is_set() or self._thread.ident is not None):
             raise EngineStoppedError(f"the engine is not running ({self.health() or 'shut down'})")
@@ -144,7 +138,7 @@ class EngineThread:
         # caller's time, never a step's
         matcher = self.engine.grammars.matcher(params.structured) if params.structured is not None else None
         request_id = request_id or new_request_id()
-        handle = RequestHandle(self.cancel, request_id, len(prompt_ids), watchdog=self.health)
+        handle = RequestHandle(self.cancel, request_id, len(prompt_ids), watchdog=self.health, sink=sink)
         arrival = time.monotonic()
         ids = list(prompt_ids)
 
@@ -153,12 +147,11 @@ class EngineThread:
             self._handles.add(request_id, handle)
             try:
                 self.engine.add_request(
-                    ids, params, request_id=request_id, tag=tag, arrival_time=arrival, matcher=matcher
+                    ids, params, request_id=request_id, tag=tag, arrival_time=arrival, matcher=matcher, checked=True
                 )
-            except Exception as exc:  # validated already; anything left is reported on the handle
+            except Exception as exc:  # validated already; anything left fails the request through its route
                 self._handles.remove(request_id)
-                now = time.monotonic()
-                handle.deliver(TokenEvent(request_id, tag, [], "", now, True, FinishReason.ERROR, None, str(exc)))
+                handle.deliver(TokenEvent.failed(request_id, str(exc), tag=tag))
 
         self._adding += 1  # only an estimate for num_waiting: += from several threads may race
         self._commands.put(add)
@@ -238,14 +231,8 @@ class EngineThread:
             log.exception("the engine could not be reset; it stays down")
             reset = False
         now = time.monotonic()
-        events = [
-            TokenEvent(request_id, tags.get(request_id, ""), [], "", now, True, FinishReason.ERROR, None, message)
-            for request_id in dict.fromkeys([*handles, *tags])
-        ]
-        for event in events:
-            if event.request_id in handles:
-                handles[event.request_id].deliver(event)
-        self._notify(events)
+        for request_id, handle in handles.items():
+            handle.deliver(TokenEvent.failed(request_id, message, tag=tags.get(request_id, ""), at=now))
         if not reset or self._stopping.is_set() or self.restarts >= self.max_restarts:
             log.error("the engine thread stays down (%d restarts so far)", self.restarts)
             return
@@ -272,17 +259,15 @@ class EngineThread:
                 return
 
     def _dispatch(self, events: list[TokenEvent]) -> None:
+        """Each event once, to its request's handle: queued there, or handed on to the request's sink, each sink
+        once per step with all its requests' events (16 server streams: one wake-up of the server's loop)."""
+        batches: dict[int, tuple[EventSink, list[TokenEvent]]] = {}
         for handle, handle_events in self._handles.route(events):
-            for event in handle_events:
-                handle.deliver(event)
-        self._notify(events)
-
-    def _notify(self, events: list[TokenEvent]) -> None:
-        for listener in list(self._listeners):
-            try:
-                listener(events)
-            except Exception:
-                log.exception("event listener failed")
+            kept = handle.take(handle_events)
+            if kept and handle.sink is not None:
+                batches.setdefault(id(handle.sink), (handle.sink, []))[1].extend(kept)
+        for sink, batch in batches.values():
+            hand_to(sink, batch)
 
     def _abort_all(self) -> None:
         events = [e for e in (self.engine.abort(rid) for rid in list(self.engine.requests)) if e is not None]

@@ -17,7 +17,7 @@ import torch
 from engine.core.grammar_cache import ByteBoundedCache, resident_bytes
 from engine.core.schemas import decoding_schema, lark_with_schemas
 from engine.errors import InvalidRequestError
-from engine.types import StructuredOutput
+from engine.types import StructuredKind, StructuredOutput
 
 log = logging.getLogger(__name__)
 
@@ -29,20 +29,20 @@ MIB = 1024 * 1024
 
 def _grammar(structured: StructuredOutput, close_objects: bool) -> str:
     kind, spec = structured.kind, structured.spec
-    if kind == "json_object":  # any object: open by definition
+    if kind is StructuredKind.JSON_OBJECT:  # any object: open by definition
         return llg.LLMatcher.grammar_from_json_schema('{"type": "object"}', defaults=JSON_DEFAULTS)
-    if kind == "json_schema":
+    if kind is StructuredKind.JSON_SCHEMA:
         schema = decoding_schema(json.loads(spec), close_objects)
         return llg.LLMatcher.grammar_from_json_schema(schema, defaults=JSON_DEFAULTS)
-    if kind == "regex":
+    if kind is StructuredKind.REGEX:
         return llg.LLMatcher.grammar_from_regex(spec)
-    if kind == "choice":
+    if kind is StructuredKind.CHOICE:
         return llg.grammar_from("choice", spec)
     # Lark (its inline `%json` schemas decoded as above: forced tool calls are one), or GBNF (converted)
     return llg.grammar_from("grammar", lark_with_schemas(spec, lambda schema: decoding_schema(schema, close_objects)))
 
 
-JSON_KINDS = ("json_object", "json_schema")
+JSON_KINDS = (StructuredKind.JSON_OBJECT, StructuredKind.JSON_SCHEMA)
 
 
 @dataclass(frozen=True)

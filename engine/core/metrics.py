@@ -30,7 +30,7 @@ class StepRecord:
     prefix_query_tokens: int
     prefix_hit_tokens: int
     prefill_stall_s: float = 0.0  # how much longer the decoding streams waited because of this step's prefill
-    prefill_budget: int = 0  # prefill tokens the step was allowed beside its decode rows
+    prefill_allowed: int = 0  # prefill tokens the step was allowed beside its decode rows
     weight_format: str = ""  # the format the step's linears ran in (the fastest for its batch size)
     draft_tokens: int = 0  # speculative tokens verified this step
     accepted_tokens: int = 0  # of them, kept (each saved a decode step)

@@ -63,7 +63,7 @@ class SchedulerOutput:
     out_of_pages: list[Request] = field(default_factory=list)
     prefix_query_tokens: int = 0
     prefix_hit_tokens: int = 0
-    prefill_budget: int = 0  # prefill tokens this step was allowed beside its decode rows
+    prefill_allowed: int = 0  # prefill tokens this step was allowed beside its decode rows
 
     @property
     def num_tokens(self) -> int:
@@ -87,14 +87,15 @@ class Scheduler:
         self,
         config: EngineConfig,
         pool: PagePool,
-        prefill_budget: Callable[[int], int] | None = None,
+        prefill_tokens_for: Callable[[int], int] | None = None,
         drafter: Drafter | None = None,
     ) -> None:
-        """prefill_budget(decode rows) -> prefill tokens a step may add (the engine's step cost model); without
-        it, the step token budget alone limits prefill. drafter: speculative drafts for decoding requests."""
+        """prefill_tokens_for(decode rows) -> prefill tokens a step may add (the engine's step cost model turns its
+        time budget into tokens); without it, the step token budget alone limits prefill. drafter: speculative drafts
+        for decoding requests."""
         self.config = config
         self.pool = pool
-        self.prefill_budget = prefill_budget
+        self.prefill_tokens_for = prefill_tokens_for
         self.drafter = drafter
         self.page_size = pool.page_size
         self.waiting: deque[Request] = deque()
@@ -146,8 +147,8 @@ class Scheduler:
         # what is left, within a budget that keeps the step short while streams wait on it.
         decoding = [r for r in self.running if r.decoding]
         prefilling = [r for r in self.running if not r.decoding]
-        prefill = self.prefill_budget(len(decoding)) if self.prefill_budget else step_tokens
-        out.prefill_budget = prefill
+        prefill = self.prefill_tokens_for(len(decoding)) if self.prefill_tokens_for else step_tokens
+        out.prefill_allowed = prefill
         budget = _Budget(step_tokens, prefill)
         for request in decoding:
             if budget.tokens <= 0 or request.status is not RequestStatus.RUNNING:
@@ -156,10 +157,10 @@ class Scheduler:
             if self._grow(request, request.num_computed + n, out):
                 out.chunks.append(self._chunk(request, n))
                 budget.tokens -= n
-        # Prefill: prompts that finish within one step's tokens go first, then the long ones. The time budget bounds
-        # each step, but it used to go to the oldest prompt whole: a new chat's question arriving beside a 6,169-token
-        # prompt waited for all of it (136 s on a loaded 2-core machine); now its first token comes a step or two
-        # after it arrives, and the long prompt takes what is left (at least a page a step, so it always advances).
+        # Prefill: prompts that finish within one step's tokens go first, then the long ones, so a new chat's question
+        # arriving beside a prompt of thousands of tokens gets its first token a step or two later instead of waiting
+        # for all of that prompt; the long prompts take what is left (the oldest at least a page a step, so it always
+        # advances).
         slow = [r for r in prefilling if r.remaining_to_compute > step_tokens]
         for request in prefilling:
             if request not in slow:

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from engine.errors import InvalidRequestError
-from engine.types import StructuredOutput
+from engine.types import StructuredKind, StructuredOutput
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 _DECODER = json.JSONDecoder()
@@ -96,7 +96,7 @@ def call_grammar(tools: Sequence[dict], only: str | None = None, parallel: bool 
     item = json.dumps(schema)
     more = f' (",\\n" %json {item})*' if parallel else ""
     lark = f'start: "{OPEN}[\\n" call "\\n]{CLOSE}"\ncall: %json {item}{more}\n'
-    return StructuredOutput("grammar", lark)
+    return StructuredOutput(StructuredKind.GRAMMAR, lark)
 
 
 def template_knows_tools(tokenizer) -> bool:

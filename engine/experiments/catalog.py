@@ -25,6 +25,7 @@ from engine.experiments.pressure import memory_pressure
 from engine.load.estimate import format_bytes
 from engine.load.loader import estimate_for_spec, load_model
 from engine.load.memory import free_memory_bytes
+from engine.load.model_source import SourceKind
 from engine.load.options import LoadOptions, quantization_problem
 
 
@@ -201,7 +202,7 @@ def quantization(ctx: ExperimentContext, alternative: LoadOptions | None = None)
     return ExperimentResult("quantization", title, columns, rows, notes, figures)
 
 
-def _alternative_for(current: LoadOptions, source_kind: str | None = None) -> LoadOptions | None:
+def _alternative_for(current: LoadOptions, source_kind: SourceKind | None = None) -> LoadOptions | None:
     if current.quantization != "none":
         return LoadOptions(dtype=current.dtype, quantization="none", device=current.device)
     for quant in ("nf4", "int8"):

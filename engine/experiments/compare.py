@@ -8,7 +8,6 @@ import gc
 import hashlib
 import logging
 import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
@@ -118,4 +117,4 @@ def _warm_up(engine: Engine, prompt: list[int]) -> None:
 
 
 def _fail(on_event, index: int, target: LocalTarget, reason: FinishReason, error: str | None) -> None:
-    on_event(index, TokenEvent(f"compare-{index}", target.label, [], "", time.monotonic(), True, reason, None, error))
+    on_event(index, TokenEvent.ending(f"compare-{index}", reason, tag=target.label, error=error))

@@ -9,6 +9,7 @@ import torch
 
 from engine.errors import UnsupportedOptionError
 from engine.load.load_options import DEVICES, DTYPES, QUANTIZATIONS, LoadOptions
+from engine.load.model_source import SourceKind
 
 # On a CPU, int8 and int4 are the engine's own weight-only kernels (torch's, per batch size where they are faster);
 # elsewhere int8 is bitsandbytes'. nf4 and fp4 are bitsandbytes' 4-bit formats everywhere.
@@ -81,10 +82,10 @@ def dtype_problem(dtype: str, device: str) -> str | None:
     return None
 
 
-GGUF_SOURCES = ("gguf-file", "embedded")
+GGUF_SOURCES = (SourceKind.GGUF_FILE, SourceKind.EMBEDDED)
 
 
-def quantization_problem(quantization: str, device: str, source_kind: str | None = None) -> str | None:
+def quantization_problem(quantization: str, device: str, source_kind: SourceKind | None = None) -> str | None:
     """Why this quantization can't be used on this device (for this kind of source, when given), or None when it
     can."""
     if quantization not in QUANTIZATIONS:

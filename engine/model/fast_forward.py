@@ -19,8 +19,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engine.core.request import Request
-from engine.core.scheduler import ScheduledChunk
 from engine.load.memory import free_memory_bytes
 from engine.model import attention, compiled_step, kernels, quantized, stored, weights
 from engine.model import formats as formats_
@@ -29,6 +27,7 @@ from engine.model.batch import ChunkTables, pack
 from engine.model.geometry import attention_geometry
 from engine.model.lm_head import CANDIDATES, LMHead
 from engine.model.reference import transformers_mode
+from engine.model.step_plan import ChunkPlan, SamplingRow, StepPlan
 from engine.types import SamplingParams
 
 log = logging.getLogger(__name__)
@@ -114,15 +113,32 @@ class FastForward:
         """formats: the weight formats to consider beside the model's own (copies); with more than one, each batch
         size gets the fastest, measured now on a few of this model's layers (formats.py). compiled: every layer of a
         step in one C++ call (compiled_step.py) where it builds here. progress: told what is measured (status bar)."""
-        inner = model.model
-        config = model.config
+        self.model = model
         self.device = weights.device_of(model)
         # hidden states flow in float32 on a CPU whatever the weights are stored in (the compiled step's and the
         # quantized kernels' contract); elsewhere in the model's own dtype
         self.dtype = torch.float32 if self.device.type == "cpu" else weights.activation_dtype(model)
         if pack is None:
             pack = kernels.should_pack(model)
-        self.model = model
+        self._read_shapes(model)
+        decoder = [m for layer in model.model.layers for m in _decoder_linears(layer)]
+        native = " + ".join(sorted({weights.linear_format(m) for m in decoder}))  # the weights as stored
+        self.stored_format = native
+        self.lm_head = self._make_lm_head(model.get_output_embeddings(), pack, formats)
+        self.kinds = ["lean Llama-family forward", "fused QKV", "fused gate/up MLP", "fused RMSNorm"]
+        self._choose_formats(native, formats, pack, progress)
+        self.last_format = native
+        self.last_compiled = False  # whether the last step ran the compiled step
+        self.check: FastPathCheck | None = None
+        self.compiled: dict[str, compiled_step.CompiledStep] = {}
+        self._quantized_formats: dict[str, bool] = {}  # formats whose linears run as unpacked tiles on many rows
+        self.compiled_note = "off (not asked for)"
+        if compiled:
+            self._build_compiled()
+
+    def _read_shapes(self, model: nn.Module) -> None:
+        """The model's sizes, its embedding, rotary and final norm, and each layer's norms and window."""
+        inner, config = model.model, model.config
         self.embed = inner.embed_tokens
         self.rotary = inner.rotary_emb
         self.final_norm = inner.norm.weight.detach().to(self.dtype)
@@ -143,10 +159,8 @@ class FastForward:
             )
             for layer in inner.layers
         ]
-        decoder = [m for layer in inner.layers for m in _decoder_linears(layer)]
-        native = " + ".join(sorted({weights.linear_format(m) for m in decoder}))  # the weights as stored
-        self.stored_format = native
-        head = model.get_output_embeddings()
+
+    def _make_lm_head(self, head: nn.Module, pack: bool, formats: Sequence[str]) -> LMHead:
         # The LM head stays in the model's own format: bfloat16 logits round to steps of 1/8 and more, which turns
         # near-ties into different greedy tokens (measured: the embedded model stopped answering "Paris"). A float32
         # head may get a faster bfloat16 twin for ranking; a quantized or 16-bit head ranks with its own kernel; in
@@ -154,10 +168,13 @@ class FastForward:
         if type(head) is nn.Linear and head.weight.dtype == self.dtype:
             exact_head = kernels.PackedLinear(head.weight, head.bias) if pack else head
             try_fast = self.dtype == torch.float32 and formats_.BFLOAT16 in formats
-            self.lm_head = LMHead(exact_head, head.weight.detach(), head.bias, try_fast=try_fast)
-        else:
-            self.lm_head = LMHead.stored(stored.weight_module(head))
-        self.kinds = ["lean Llama-family forward", "fused QKV", "fused gate/up MLP", "fused RMSNorm"]
+            return LMHead(exact_head, head.weight.detach(), head.bias, try_fast=try_fast)
+        return LMHead.stored(stored.weight_module(head))
+
+    def _choose_formats(
+        self, native: str, formats: Sequence[str], pack: bool, progress: Callable[[str], None] | None
+    ) -> None:
+        """The linears in the model's own format, and in each other format that is fastest for some batch size."""
         self.linears = {native: self._native_linears(pack)}
         self._copies: dict[str, dict[int, tuple[nn.Module, ...]]] = {}  # by format, by layer
         self.copy_notes: list[str] = []
@@ -167,29 +184,24 @@ class FastForward:
             self.choice = self._measure(native, candidates, progress)
         for fmt in sorted(self.choice.formats - {native}):
             self.linears[fmt] = self._formatted_linears(fmt, range(len(self.layers)))
-            if weights.formats_of(model) - {formats_.FLOAT32}:  # a copy beside weights held as stored: say so
+            if weights.formats_of(self.model) - {formats_.FLOAT32}:  # a copy beside weights held as stored: say so
                 self.copy_notes.append(f"a {fmt} copy of the {native} weights ({self._copy_bytes(fmt) >> 20} MiB)")
         self.linears = {fmt: linears for fmt, linears in self.linears.items() if fmt in self.choice.formats}
         self._copies = {}  # the measurement's copies of formats not chosen are dropped
-        self.last_format = native
-        self.last_compiled = False  # whether the last step ran the compiled step
-        self.check: FastPathCheck | None = None
         if pack and native in self.linears and formats_.FLOAT32 in native:
             self.kinds.append("oneDNN prepacked linears")
         if self.choice.formats != {native}:
             self.kinds.append(f"weight formats by batch: {self.choice.describe()}")
         self.kinds.extend(self.copy_notes)
-        self.compiled: dict[str, compiled_step.CompiledStep] = {}
-        self._quantized_formats: dict[str, bool] = {}
-        self.compiled_note = "off (not asked for)"
-        if compiled:
-            self.compiled, reason = compiled_step.build_steps(self, self.linears)
-            if self.compiled:
-                formats_on = ", ".join(sorted(self.compiled))
-                self.compiled_note = f"on for {formats_on}" + (f" (not for {reason})" if reason else "")
-                self.kinds.append(f"compiled step (C++, {formats_on})")
-            else:
-                self.compiled_note = f"off: {reason}"
+
+    def _build_compiled(self) -> None:
+        self.compiled, reason = compiled_step.build_steps(self, self.linears)
+        if self.compiled:
+            formats_on = ", ".join(sorted(self.compiled))
+            self.compiled_note = f"on for {formats_on}" + (f" (not for {reason})" if reason else "")
+            self.kinds.append(f"compiled step (C++, {formats_on})")
+        else:
+            self.compiled_note = f"off: {reason}"
 
     def _native_linears(self, pack: bool) -> LinearSet:
         """The model's own weights as stored: same-format neighbours fused (float weights unpacked and int8/int4
@@ -487,12 +499,12 @@ def check_against_transformers(
     runs = []
     for compiled in (False, True) if part.compiled else (False,):
         cache = PagedKVCache(count, fast.kv_heads, fast.head_dim, total // page_size + 1, page_size, kv_dtype, device)
-        request = Request("fast-path-check", ids, SamplingParams())
-        request.page_table = list(reversed(range(cache.num_pages)))  # pages out of order, as a busy pool hands out
+        pages = tuple(reversed(range(cache.num_pages)))  # pages out of order, as a busy pool hands them out
         outputs = []
         with torch.inference_mode():
             for start, count_ in CHECK_STAGES:
-                batch = pack([ScheduledChunk(request, count_, start, samples=True)], cache, tables=compiled)
+                chunk = ChunkPlan(tuple(ids[start : start + count_]), start, pages, SamplingRow(SamplingParams(), 0))
+                batch = pack(StepPlan((chunk,)), cache, tables=compiled)
                 # the greedy head: a quantized head's every-logit exact pass dequantizes it whole, which would cost
                 # more than the layers checked (the head is the model's own module in both forwards)
                 ids_, positions, keep = batch.input_ids, batch.positions, batch.keep

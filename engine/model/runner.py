@@ -9,19 +9,18 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.core.scheduler import ScheduledChunk
 from engine.errors import UnsupportedOptionError
 from engine.model import attention, fast_forward, patches
 from engine.model.attention import PagedKVCache
 from engine.model.batch import allowed_masks, pack
+from engine.model.step_plan import StepPlan
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
 class ForwardResult:
-    logits: torch.Tensor  # [sampling chunks, vocab], float32
-    sampling_chunks: list[ScheduledChunk]
+    logits: torch.Tensor  # [sampled rows, vocab], float32: each sampling row's 1 + len(draft), in the plan's order
     forward_s: float
     weight_format: str = ""  # the format the step's linears ran in
     grammar_applied: bool = False  # the logits carry the grammars' masks and min_tokens' bans (the LM head's)
@@ -87,15 +86,15 @@ class ModelRunner:
             patches.restore(model)
 
     @torch.inference_mode()
-    def execute(self, chunks: list[ScheduledChunk]) -> ForwardResult:
-        batch = pack(chunks, self.cache, tables=self.fast is not None and bool(self.fast.compiled))
+    def execute(self, plan: StepPlan) -> ForwardResult:
+        batch = pack(plan, self.cache, tables=self.fast is not None and bool(self.fast.compiled))
         started = time.perf_counter()
         weight_format = ""
         allowed = None
         if self.fast is not None:
             leading = batch.leading
             if leading is not None:
-                allowed = allowed_masks(batch.sampling_chunks, self.vocab_size, self.end_token_ids)
+                allowed = allowed_masks(batch.sampling, self.vocab_size, self.end_token_ids)
             logits = self.fast(
                 batch.context, batch.input_ids, batch.positions, batch.keep, leading, allowed, batch.tables,
                 batch.penalized,
@@ -111,4 +110,4 @@ class ModelRunner:
                 )
             logits = output.logits[0].float()
         elapsed = time.perf_counter() - started
-        return ForwardResult(logits, batch.sampling_chunks, elapsed, weight_format, allowed is not None)
+        return ForwardResult(logits, elapsed, weight_format, allowed is not None)

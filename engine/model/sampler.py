@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from engine.core.request import Request
+from engine.model.step_plan import SamplingRow
 from engine.types import Alternative, SamplingParams, TokenLogprob
 
 
@@ -22,28 +22,28 @@ def apply_repetition_penalty(logits: torch.Tensor, previous: Sequence[int], pena
     return logits
 
 
-def apply_penalties(logits: torch.Tensor, request: Request) -> torch.Tensor:
+def apply_penalties(logits: torch.Tensor, sampled: SamplingRow) -> torch.Tensor:
     """A request's penalties on one row, as vLLM applies them: the repetition penalty over the prompt and the reply
     (transformers' rule), then OpenAI's presence and frequency penalties over the reply's tokens:
     logit -= frequency_penalty * count + presence_penalty * (count > 0)."""
-    params = request.params
-    logits = apply_repetition_penalty(logits, request.all_ids, params.repetition_penalty)
-    if (params.presence_penalty or params.frequency_penalty) and request.output_ids:
-        ids, counts = torch.tensor(request.output_ids, dtype=torch.long).unique(return_counts=True)
+    params = sampled.params
+    logits = apply_repetition_penalty(logits, sampled.seen, params.repetition_penalty)
+    if (params.presence_penalty or params.frequency_penalty) and sampled.output:
+        ids, counts = torch.tensor(sampled.output, dtype=torch.long).unique(return_counts=True)
         ids = ids.to(logits.device)
         drop = counts.to(logits.device, logits.dtype) * params.frequency_penalty + params.presence_penalty
         logits = logits.index_add(-1, ids, -drop)  # a new tensor: the caller's row stays as it was
     return logits
 
 
-def penalized_ids(request: Request, draft: Sequence[int] = ()) -> list[int]:
+def penalized_ids(sampled: SamplingRow) -> list[int]:
     """The tokens whose logits the request's penalties change (sorted): every earlier token for the repetition
-    penalty, the reply's own for presence and frequency."""
-    params = request.params
+    penalty, the reply's own for presence and frequency (its draft's too)."""
+    params = sampled.params
     if params.repetition_penalty != 1.0:
-        return sorted(set(request.all_ids) | set(draft))
+        return sorted(set(sampled.seen) | set(sampled.draft))
     if params.presence_penalty or params.frequency_penalty:
-        return sorted(set(request.output_ids) | set(draft))
+        return sorted(set(sampled.output) | set(sampled.draft))
     return []
 
 
@@ -81,16 +81,16 @@ def candidates(logits: torch.Tensor, params: SamplingParams) -> tuple[torch.Tens
 
 
 def ban_end_tokens(
-    logits: torch.Tensor, requests: Sequence[Request], made: Sequence[int], eos_ids: set[int]
+    logits: torch.Tensor, params: Sequence[SamplingParams], made: Sequence[int], eos_ids: set[int]
 ) -> torch.Tensor:
-    """Rows whose request has made fewer than its min_tokens (`made` per row) cannot end: EOS and its stop tokens
-    get -inf (vLLM's min_tokens; what transformers' min_new_tokens and llama.cpp's ignore_eos do)."""
+    """Rows whose request has made fewer than its min_tokens (`made` and `params` per row) cannot end: EOS and its
+    stop tokens get -inf (vLLM's min_tokens; what transformers' min_new_tokens and llama.cpp's ignore_eos do)."""
     rows: list[int] = []
     cols: list[int] = []
     vocab = logits.shape[-1]
-    for row, (request, count) in enumerate(zip(requests, made, strict=True)):
-        if count < request.params.min_tokens:
-            banned = [t for t in eos_ids | set(request.params.stop_token_ids) if 0 <= t < vocab]
+    for row, (row_params, count) in enumerate(zip(params, made, strict=True)):
+        if count < row_params.min_tokens:
+            banned = [t for t in eos_ids | set(row_params.stop_token_ids) if 0 <= t < vocab]
             rows.extend([row] * len(banned))
             cols.extend(banned)
     if rows:
@@ -101,7 +101,7 @@ def ban_end_tokens(
 
 @torch.inference_mode()  # the runner's logits are inference tensors: changed in place only in inference mode
 def apply_constraints(
-    logits: torch.Tensor, requests: Sequence[Request], in_place: bool = False, grammar_applied: bool = False
+    logits: torch.Tensor, requests: Sequence[SamplingRow], in_place: bool = False, grammar_applied: bool = False
 ) -> torch.Tensor:
     """Each row's logit bias, and its grammar's mask (tokens the grammar does not allow next get -inf). in_place:
     the caller does not need the raw logits any more (no request of the step asked for logprobs), so no copy;
@@ -126,20 +126,18 @@ def apply_constraints(
 
 def token_logprobs(
     logits: torch.Tensor,
-    requests: Sequence[Request],
+    requests: Sequence[SamplingRow],
     tokens: Sequence[Sequence[int]],
     text: Callable[[int], str],
-    drafts: Sequence[Sequence[int]] | None = None,
 ) -> list[list[TokenLogprob] | None]:
     """Raw log probabilities (the model's own, before sampling settings, bias and grammar, as vLLM's default) of
     each request's new tokens, with their top alternatives; None for requests that did not ask. The logits hold
     1 + len(draft) rows per request, as the sampler reads them: a request's j-th new token comes from its j-th row
     (the row after its last known token, then one after each draft token). text(token id) names a token."""
-    drafts = drafts or [()] * len(requests)
     out: list[list[TokenLogprob] | None] = []
     first_row = 0
-    for request, new, draft in zip(requests, tokens, drafts, strict=True):
-        rows, first_row = range(first_row, first_row + len(new)), first_row + len(draft) + 1
+    for request, new in zip(requests, tokens, strict=True):
+        rows, first_row = range(first_row, first_row + len(new)), first_row + request.rows
         count = request.params.logprobs
         if count is None:
             out.append(None)
@@ -167,38 +165,33 @@ class Sampler:
             self.generator.seed()
 
     def sample(
-        self,
-        logits: torch.Tensor,
-        requests: Sequence[Request],
-        drafts: Sequence[Sequence[int]] | None = None,
-        grammar_applied: bool = False,
+        self, logits: torch.Tensor, requests: Sequence[SamplingRow], grammar_applied: bool = False
     ) -> list[list[int]]:
         """The tokens each request gains this step, from logits [rows, vocab] (float32, any device): one token, or
         for a request with a draft (1 + len(draft) rows) the accepted draft tokens and one more. grammar_applied:
         the logits already carry the grammars' masks."""
-        drafts = drafts or [()] * len(requests)
-        per_row = [r for r, d in zip(requests, drafts, strict=True) for _ in range(len(d) + 1)]
-        made = [len(r.output_ids) + j for r, d in zip(requests, drafts, strict=True) for j in range(len(d) + 1)]
-        logits = ban_end_tokens(logits, per_row, made, self.eos_ids)
+        per_row = [r for r in requests for _ in range(r.rows)]
+        made = [r.made + j for r in requests for j in range(r.rows)]
+        logits = ban_end_tokens(logits, [r.params for r in per_row], made, self.eos_ids)
         # the raw logits are read again only for logprobs (token_logprobs), so otherwise they are changed in place
         in_place = not any(r.params.logprobs is not None for r in requests)
         logits = apply_constraints(logits, per_row, in_place=in_place, grammar_applied=grammar_applied)
         if all(r.params.greedy and not r.params.penalized for r in requests):
             targets = logits.argmax(dim=-1).tolist()
-            return _verify_greedy(targets, drafts)
+            return _verify_greedy(targets, [r.draft for r in requests])
         logits = logits.cpu()
         out: list[list[int]] = []
         row = 0
-        for request, draft in zip(requests, drafts, strict=True):
-            out.append(self._sample_group(logits[row : row + len(draft) + 1], request, draft))
-            row += len(draft) + 1
+        for request in requests:
+            out.append(self._sample_group(logits[row : row + request.rows], request))
+            row += request.rows
         return out
 
-    def _sample_group(self, rows: torch.Tensor, request: Request, draft: Sequence[int]) -> list[int]:
+    def _sample_group(self, rows: torch.Tensor, request: SamplingRow) -> list[int]:
         """Each row's token drawn by inverse CDF from one uniform per output position; a draft token is kept when it
         is the token drawn. So a draft is kept with probability p(d), the output is exactly what decoding without
         drafts would make from the same uniforms, and a seeded request makes the same tokens whatever the batch."""
-        params = request.params
+        params, draft = request.params, request.draft
         tokens: list[int] = []
         for j, row in enumerate(rows):
             row = apply_penalties(row, request)
@@ -208,7 +201,7 @@ class Sampler:
                 ids, kept = candidates(row, params)
                 probs = torch.softmax(kept, dim=-1)
                 if bool(torch.isfinite(probs).all()):
-                    index = _inverse_cdf(probs, self._uniform(request, len(request.output_ids) + j))
+                    index = _inverse_cdf(probs, self._uniform(request, request.made + j))
                 else:  # the arithmetic broke down (validated settings keep it from that): the likeliest token
                     index = int(torch.nan_to_num(kept, nan=float("-inf")).argmax())
                 choice = index if ids is None else int(ids[index])
@@ -217,7 +210,7 @@ class Sampler:
                 return tokens
         return tokens
 
-    def _uniform(self, request: Request, position: int) -> float:
+    def _uniform(self, request: SamplingRow, position: int) -> float:
         """The uniform number of one output position: from the request's seed and the position when it has a seed
         (the same tokens whatever the batch, and whatever was drafted), else from the sampler's own stream."""
         if request.params.seed is None:

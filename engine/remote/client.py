@@ -30,7 +30,7 @@ from engine.remote.stream import (
     transport_message,
 )
 from engine.remote.urls import cleartext_warning, normalize_base_url, server_root
-from engine.types import EventListener, FinishReason, SamplingParams, TokenEvent, new_request_id, validate_messages
+from engine.types import EventSink, FinishReason, SamplingParams, TokenEvent, new_request_id, validate_messages
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +67,6 @@ class RemoteClient:
         self.read_timeout_s = read_timeout_s
         self._api_key = api_key  # sent only in the Authorization header, never logged
         self.metrics = MetricsRecorder()  # client-side token timings, for the same dashboard plots as local chats
-        self._listeners: list[EventListener] = []
         self._tasks: dict[str, asyncio.Task] = {}
         self._io = LoopThread(self.name, self._make_http_client)
         self.monitor = MetricsMonitor(self._io, self.root_url, self._get, model)
@@ -110,14 +109,6 @@ class RemoteClient:
     @property
     def alive(self) -> bool:
         return self._io.alive
-
-    def add_listener(self, listener: EventListener) -> None:
-        """Called in the client's loop thread with each event (as a one-item list); must return quickly."""
-        self._listeners.append(listener)
-
-    def remove_listener(self, listener: EventListener) -> None:
-        if listener in self._listeners:
-            self._listeners.remove(listener)
 
     # ---- one-off queries (blocking; call them off the GUI thread) ------------------------------
     async def _get(self, url: str) -> httpx.Response:
@@ -199,9 +190,11 @@ class RemoteClient:
         model: str | None = None,
         tools: Sequence[dict] | None = None,
         tool_choice: object = None,
+        sink: EventSink | None = None,
     ) -> RequestHandle:
         """Start a request; bad input raises here. Chats and plain prompts go to /chat/completions, raw prompts and
-        token ids to /completions."""
+        token ids to /completions. Its events go to sink (called in the client's loop thread, with one event at a
+        time) when one is given, else into the handle."""
         params = params or SamplingParams()
         params.validate()
         if prompt_ids is not None:
@@ -222,7 +215,7 @@ class RemoteClient:
             if tool_choice is not None:
                 body["tool_choice"] = tool_choice
         request_id = request_id or new_request_id()
-        handle = RequestHandle(self.cancel, request_id, 0)
+        handle = RequestHandle(self.cancel, request_id, 0, sink=sink)
 
         def begin() -> None:
             task = self._io.create_task(self._stream(handle, path, body, tag, model or self.model))
@@ -304,7 +297,7 @@ class RemoteClient:
         state.token_times.append(now)
         record = TokenRecord(state.request_id, state.tag, now, len(state.token_times) - 1, now - previous)
         self.metrics.record_tokens([record])
-        self._deliver(handle, TokenEvent(state.request_id, state.tag, [], text, now, logprobs=logprobs))
+        handle.deliver(TokenEvent(state.request_id, state.tag, [], text, now, logprobs=logprobs))
 
     def _finish(
         self, handle: RequestHandle, state: StreamState, reason: FinishReason, error: str | None = None
@@ -317,17 +310,9 @@ class RemoteClient:
         self.metrics.record_finished({"request_id": state.request_id, "tag": state.tag, **asdict(stats)})
         if error:
             log.warning("remote request %s: %s", state.request_id, error)
-        event = TokenEvent(state.request_id, state.tag, [], "", now, True, reason, stats, error)
+        event = TokenEvent.ending(state.request_id, reason, tag=state.tag, error=error, stats=stats, at=now)
         event.tool_calls = state.calls
-        self._deliver(handle, event)
-
-    def _deliver(self, handle: RequestHandle, event: TokenEvent) -> None:
         handle.deliver(event)
-        for listener in list(self._listeners):
-            try:
-                listener([event])
-            except Exception:
-                log.exception("event listener failed")
 
     def _transport_message(self, exc: httpx.HTTPError, url: str) -> str:
         return transport_message(self.name, exc, url, self.connect_timeout_s, self.read_timeout_s)

@@ -10,7 +10,15 @@ from dataclasses import dataclass, field
 import httpx
 
 from engine.errors import RemoteError
-from engine.types import Alternative, FinishReason, RequestStats, SamplingParams, StructuredOutput, TokenLogprob
+from engine.types import (
+    Alternative,
+    FinishReason,
+    RequestStats,
+    SamplingParams,
+    StructuredKind,
+    StructuredOutput,
+    TokenLogprob,
+)
 
 
 class StatusError(Exception):
@@ -85,13 +93,13 @@ def transport_message(name: str, exc: httpx.HTTPError, url: str, connect_s: floa
 
 def structured_fields(structured: StructuredOutput) -> dict:
     """OpenAI's response_format for JSON; vLLM's structured_outputs for a regex, a choice or a grammar."""
-    if structured.kind == "json_object":
+    if structured.kind is StructuredKind.JSON_OBJECT:
         return {"response_format": {"type": "json_object"}}
-    if structured.kind == "json_schema":
+    if structured.kind is StructuredKind.JSON_SCHEMA:
         schema = json.loads(structured.spec)
         return {"response_format": {"type": "json_schema", "json_schema": {"name": "output", "schema": schema}}}
-    value = json.loads(structured.spec) if structured.kind == "choice" else structured.spec
-    return {"structured_outputs": {structured.kind: value}}
+    value = json.loads(structured.spec) if structured.kind is StructuredKind.CHOICE else structured.spec
+    return {"structured_outputs": {structured.kind.value: value}}
 
 
 def sampling_fields(params: SamplingParams, chat: bool = True) -> dict:

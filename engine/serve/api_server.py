@@ -20,7 +20,7 @@ from engine.core.engine_thread import EngineThread
 from engine.core.tools import parse_calls
 from engine.errors import EngineStoppedError, InvalidRequestError, PromptTooLongError
 from engine.handle import RequestHandle
-from engine.serve.completions_wire import TOOL_CALLS, ResponseWriter, usage
+from engine.serve.completions_wire import TOOL_CALLS, RequestKind, ResponseWriter, usage
 from engine.serve.event_bridge import AsyncEventBridge
 from engine.serve.limits import ServeLimits
 from engine.serve.openai_protocol import (
@@ -131,7 +131,7 @@ class ApiServer:
 
     def check_queue(self) -> None:
         """429 when too many API requests wait for their first token (the window's chats queue without limit)."""
-        waiting = self._admitting + sum(1 for h in list(self.active.values()) if not h.token_ids and not h.done)
+        waiting = self._admitting + sum(1 for h in list(self.active.values()) if not h.output_tokens and not h.done)
         limit = self.limits.max_waiting
         if waiting >= limit:
             retry = self.limits.retry_after_s
@@ -175,16 +175,17 @@ class ApiServer:
         ids = gen.prompt_ids
         if ids is None:
             ids = self.worker.engine.encode(
-                prompt=gen.prompt, messages=gen.messages, raw=gen.kind == "completion", tools=gen.tools
+                prompt=gen.prompt, messages=gen.messages, raw=gen.kind is RequestKind.COMPLETION, tools=gen.tools
             )
         params = self.params_for(gen, len(ids))
-        return self.worker.submit(ids, params=params, tag=API_TAG, request_id=request_id)
+        assert self.bridge is not None
+        return self.worker.submit(ids, params=params, tag=API_TAG, request_id=request_id, sink=self.bridge.sink)
 
     async def submit(self, gen: GenerationRequest, request_id: str) -> tuple[RequestHandle, asyncio.Queue]:
         assert self.bridge is not None
         self.check_queue()
         queue = self.bridge.register(request_id)
-        param = "messages" if gen.kind == "chat" else "prompt"
+        param = "messages" if gen.kind is RequestKind.CHAT else "prompt"
         self._admitting += 1
         try:
             handle = await asyncio.to_thread(self._submit_now, gen, request_id)
@@ -233,7 +234,7 @@ class ApiServer:
     def token_counts(handle: RequestHandle, final: TokenEvent) -> tuple[int, int, int]:
         """(prompt tokens, output tokens, prompt tokens found in the prefix cache) of a finished request."""
         stats = final.stats
-        completion = stats.output_tokens if stats else len(handle.token_ids)
+        completion = stats.output_tokens if stats else handle.output_tokens
         return handle.prompt_tokens, completion, stats.cached_prompt_tokens if stats else 0
 
     def usage_of(self, handle: RequestHandle, final: TokenEvent) -> dict:
@@ -304,7 +305,7 @@ class ApiServer:
         self, gen: GenerationRequest, writer: ResponseWriter, handle: RequestHandle, queue: asyncio.Queue
     ) -> AsyncIterator[str]:
         with_usage = gen.include_usage
-        if gen.kind == "chat":
+        if gen.kind is RequestKind.CHAT:
             # content null when the reply may be tool calls, as OpenAI sends it ("" makes the SDK report a text delta)
             yield _sse(writer.chunk(None if gen.tools else "", first=True, with_usage=with_usage))
         # aclosing: when the client disconnects, Starlette cancels this generator, and the engine request must

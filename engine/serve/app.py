@@ -93,6 +93,20 @@ def create_app(
     pages that may call the API from a browser (cross_site.check_origins); none by default."""
     limits = limits or ServeLimits()
     server = ApiServer(worker, model_name, api_key, limits)
+    # /openapi.json for client generators and API fuzzers; no /docs page (it loads its scripts from a CDN)
+    app = FastAPI(title="Inference Studio", docs_url=None, redoc_url=None, lifespan=_lifespan(server, limits))
+    app.state.api_server = server
+    _answer_errors_in_openai_shape(app)
+    _guard(app, limits, allowed_hosts, allowed_origins)
+    authorized = [Depends(server.check_key)]
+    _status_routes(app, server, authorized)
+    _generation_routes(app, server, limits, authorized)
+    return app
+
+
+def _lifespan(server: ApiServer, limits: ServeLimits):
+    """The event bridge lives as long as the app's event loop; the grammar engine warms while the server starts."""
+    worker = server.worker
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -106,12 +120,12 @@ def create_app(
             server.bridge.close()
             server.bridge = None
 
-    # /openapi.json for client generators and API fuzzers; no /docs page (it loads its scripts from a CDN)
-    app = FastAPI(title="Inference Studio", docs_url=None, redoc_url=None, lifespan=lifespan)
-    app.state.api_server = server
-    responses = ResponsesApi(server)
-    authorized = [Depends(server.check_key)]
-    _answer_errors_in_openai_shape(app)
+    return lifespan
+
+
+def _guard(
+    app: FastAPI, limits: ServeLimits, allowed_hosts: Sequence[str] | None, allowed_origins: Sequence[str]
+) -> None:
     # the last added runs first: the Host check refuses before a byte of the body is read, then CORS answers
     # preflights, then the cross-site guard refuses what a page sent without one
     app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes, timeout_s=limits.body_timeout_s)
@@ -119,9 +133,13 @@ def create_app(
     if allowed_hosts is not None:
         app.add_middleware(HostGuard, allowed=allowed_hosts)
 
+
+def _status_routes(app: FastAPI, server: ApiServer, authorized: list) -> None:
+    """/health, /metrics and the model list."""
+
     @app.get("/health")
     async def health() -> Response:
-        problem = worker.health()  # stopped, or stuck: no progress for too long while requests wait
+        problem = server.worker.health()  # stopped, or stuck: no progress for too long while requests wait
         if problem is not None:
             return JSONResponse({"status": "unhealthy", "reason": problem}, status_code=503)
         return JSONResponse({"status": "ok"})
@@ -133,7 +151,7 @@ def create_app(
     @app.get("/v1/models", dependencies=authorized)
     async def models() -> dict:
         card = {
-            "id": model_name,
+            "id": server.model_name,
             "object": "model",
             "created": server.created,
             "owned_by": "inference-studio",
@@ -141,10 +159,15 @@ def create_app(
         }
         return {"object": "list", "data": [card]}
 
+
+def _generation_routes(app: FastAPI, server: ApiServer, limits: ServeLimits, authorized: list) -> None:
+    """Chat completions, completions and the Responses API."""
+    responses = ResponsesApi(server)
+
     async def generate(request: Request, gen: GenerationRequest, id_prefix: str) -> Response:
         server.check_model(gen.model)
         server.check_alive()
-        writer = ResponseWriter(gen.kind, f"{id_prefix}-{uuid.uuid4().hex}", model_name, gen.tokens_as_ids)
+        writer = ResponseWriter(gen.kind, f"{id_prefix}-{uuid.uuid4().hex}", server.model_name, gen.tokens_as_ids)
         if gen.stream:
             return await server.stream(gen, writer)
         return JSONResponse(await server.whole(request, gen, writer))
@@ -165,5 +188,3 @@ def create_app(
     @app.get("/v1/responses/{response_id}", dependencies=authorized)
     async def retrieve_response(response_id: str) -> dict:
         return responses.retrieve(response_id)
-
-    return app

@@ -7,8 +7,17 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import replace
+from enum import StrEnum
 
 from engine.types import FinishReason, TokenLogprob
+
+
+class RequestKind(StrEnum):
+    """Which OpenAI endpoint a request came through, which decides its answer's shape."""
+
+    CHAT = "chat"  # /v1/chat/completions: messages in, a message (or its deltas) out
+    COMPLETION = "completion"  # /v1/completions: a prompt in, text out
+
 
 TOOL_CALLS = "tool_calls"  # the finish reason of a reply that called tools
 #: what JSON carries for a log probability of minus infinity (a token the grammar or a bias ruled out), as vLLM
@@ -69,8 +78,8 @@ def _as_ids(item: TokenLogprob) -> TokenLogprob:
 class ResponseWriter:
     """Builds the JSON objects of one reply, chat or completion, whole or as stream chunks."""
 
-    def __init__(self, kind: str, response_id: str, model: str, tokens_as_ids: bool = False) -> None:
-        self.kind = kind
+    def __init__(self, kind: RequestKind, response_id: str, model: str, tokens_as_ids: bool = False) -> None:
+        self.kind = RequestKind(kind)
         self.id = response_id
         self.model = model
         self.created = int(time.time())
@@ -79,7 +88,7 @@ class ResponseWriter:
 
     def _envelope(self, chunk: bool) -> dict:
         obj = "text_completion"
-        if self.kind == "chat":
+        if self.kind is RequestKind.CHAT:
             obj = "chat.completion.chunk" if chunk else "chat.completion"
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model}
 
@@ -88,7 +97,7 @@ class ResponseWriter:
             return None
         if self.tokens_as_ids:
             items = [_as_ids(i) for i in items]
-        if self.kind == "chat":
+        if self.kind is RequestKind.CHAT:
             return chat_logprobs(items)
         logprobs = completion_logprobs(items, self._offset)
         self._offset += len(text)
@@ -103,7 +112,7 @@ class ResponseWriter:
         logprobs: Sequence[TokenLogprob] | None = None,
         tool_calls: list[dict] | None = None,
     ) -> dict:
-        if self.kind == "chat":
+        if self.kind is RequestKind.CHAT:
             message: dict = {"role": "assistant", "content": text}
             if tool_calls:
                 message = {"role": "assistant", "content": text or None, "tool_calls": tool_calls}
@@ -123,7 +132,7 @@ class ResponseWriter:
         logprobs: Sequence[TokenLogprob] | None = None,
         tool_calls: list[dict] | None = None,
     ) -> dict:
-        if self.kind == "chat":
+        if self.kind is RequestKind.CHAT:
             delta: dict = {"role": "assistant", "content": text} if first else {}
             if not first and text:
                 delta["content"] = text

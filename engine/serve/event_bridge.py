@@ -1,4 +1,4 @@
-"""Engine events into asyncio: one EngineThread listener routes each request's events to its own asyncio.Queue."""
+"""Engine events into asyncio: the server's one event sink routes each request's events to its own asyncio.Queue."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from collections.abc import AsyncIterator, Callable
 
 from engine.core.engine_thread import EngineThread
 from engine.core.routing import EventRouter
-from engine.handle import RequestHandle
+from engine.handle import WATCH_INTERVAL_S, RequestHandle
 from engine.serve.openai_protocol import ApiError
-from engine.types import TokenEvent
+from engine.types import EventSink, TokenEvent
 
 log = logging.getLogger(__name__)
 
@@ -58,19 +58,23 @@ def _deliver(routed: list[tuple[EventQueue, list[TokenEvent]]]) -> None:
 
 
 class AsyncEventBridge:
-    """Lives on one event loop. The listener runs in the engine thread and never blocks it: it only hands each
-    event to the loop with call_soon_threadsafe."""
+    """Lives on one event loop. Requests are submitted with `sink`: the engine thread calls it once per step with
+    that step's events of every server request, and it never blocks that thread: it only hands them to the loop
+    with call_soon_threadsafe. A request's failure (while being added, or by the watchdog) comes the same way."""
 
     def __init__(self, worker: EngineThread, loop: asyncio.AbstractEventLoop, max_backlog: int = 256) -> None:
         self.worker = worker
         self.loop = loop
         self.max_backlog = max_backlog
-        # routes stay until unregister(): a request that ends while being added reports on its handle instead
+        # routes stay until unregister(), so a stream sees its finishing event whichever way it ended
         self._queues: EventRouter[EventQueue] = EventRouter(keep_finished=True)
-        worker.add_listener(self._on_events)
+        self._streaming: dict[str, RequestHandle] = {}  # the open streams' handles, for the watchdog
+        self._watchdog: asyncio.Task | None = None
+        self.sink: EventSink = self._on_events  # one object: the engine thread groups each step's events per sink
 
     def close(self) -> None:
-        self.worker.remove_listener(self._on_events)
+        if self._watchdog is not None:
+            self._watchdog.cancel()
 
     def register(self, request_id: str) -> EventQueue:
         """Call before submitting, so no event of the request can come before its queue exists."""
@@ -92,16 +96,42 @@ class AsyncEventBridge:
         except RuntimeError:  # the loop has closed: the server is gone, nobody is listening
             return
 
+    async def _watch(self) -> None:
+        """One task for all streams: while any is open, ask each handle's watchdog every WATCH_INTERVAL_S; an engine
+        that is stuck fails them, and their failures arrive on their queues like any event."""
+        while self._streaming:
+            await asyncio.sleep(WATCH_INTERVAL_S)
+            for handle in list(self._streaming.values()):
+                handle.check()
+        self._watchdog = None
+
+    def _watch_stream(self, handle: RequestHandle) -> None:
+        self._streaming[handle.request_id] = handle
+        if self._watchdog is None:
+            self._watchdog = self.loop.create_task(self._watch())
+
+    async def _first(self, handle: RequestHandle, queue: EventQueue, queue_wait_s: float | None) -> TokenEvent:
+        """The first event; a request that has not started within queue_wait_s is cancelled with a 429."""
+        if queue_wait_s is None:
+            return await queue.get()
+        try:
+            return await asyncio.wait_for(queue.get(), timeout=queue_wait_s)
+        except TimeoutError:
+            # a long prompt being prefilled has started: it is not waiting in the queue
+            if not self.worker.started(handle.request_id):
+                raise queue_timeout(queue_wait_s) from None
+        return await queue.get()
+
     async def stream(
-        self, handle: RequestHandle, queue: EventQueue, poll_s: float = 1.0, queue_wait_s: float | None = None
+        self, handle: RequestHandle, queue: EventQueue, queue_wait_s: float | None = None
     ) -> AsyncIterator[TokenEvent]:
         """The request's events, ending with the finishing one. If the consumer stops early (the client went
         away, the task was cancelled), the request is cancelled in the engine and its pages freed. Raises ApiError:
         429 when no event came within queue_wait_s (the request waited that long in the queue; it is cancelled),
         and when the consumer fell max_backlog events behind (it is cancelled already)."""
-        started = self.loop.time()
-        first = True
+        self._watch_stream(handle)
         try:
+            event = await self._first(handle, queue, queue_wait_s)
             while True:
                 if queue.overflowed:
                     raise ApiError(
@@ -111,25 +141,12 @@ class AsyncEventBridge:
                         type="rate_limit_error",
                         code="stream_not_read",
                     )
-                try:
-                    event = await asyncio.wait_for(queue.get(), timeout=poll_s)
-                except TimeoutError:
-                    # A request that failed while being added reports only on its handle, not to listeners; one
-                    # whose engine died or is stuck is failed by the handle's watchdog (check()): no endless loop.
-                    if handle.check() and queue.empty() and handle.final is not None:
-                        event = handle.final
-                    else:
-                        waited = self.loop.time() - started
-                        overdue = first and queue_wait_s is not None and waited > queue_wait_s
-                        # a long prompt being prefilled has started: it is not waiting in the queue
-                        if overdue and not self.worker.started(handle.request_id):
-                            raise queue_timeout(queue_wait_s) from None
-                        continue
-                first = False
                 yield event
                 if event.finished:
                     return
+                event = await queue.get()
         finally:
+            self._streaming.pop(handle.request_id, None)
             self.unregister(handle.request_id)
             if not handle.done:
                 log.info("request %s cancelled: the client went away", handle.request_id)

@@ -8,10 +8,15 @@ from dataclasses import dataclass
 
 from engine.core.tools import call_grammar, check_tools
 from engine.errors import InvalidRequestError
-from engine.types import MAX_TOP_LOGPROBS, StructuredOutput
+from engine.types import MAX_TOP_LOGPROBS, StructuredKind, StructuredOutput
 
 MAX_COMPLETION_LOGPROBS = 5  # the completions API's own limit
-VLLM_KINDS = {"json": "json_schema", "regex": "regex", "choice": "choice", "grammar": "grammar"}
+VLLM_KINDS = {
+    "json": StructuredKind.JSON_SCHEMA,
+    "regex": StructuredKind.REGEX,
+    "choice": StructuredKind.CHOICE,
+    "grammar": StructuredKind.GRAMMAR,
+}
 
 
 @dataclass
@@ -51,13 +56,13 @@ def _response_format(value: object) -> StructuredOutput | None:
     if kind == "text":
         return None
     if kind == "json_object":
-        return StructuredOutput("json_object")
+        return StructuredOutput(StructuredKind.JSON_OBJECT)
     if kind == "json_schema":
         spec = value.get("json_schema")
         schema = spec.get("schema") if isinstance(spec, dict) else None
         if schema is None:
             raise _bad("'response_format.json_schema.schema' is required", "response_format")
-        return StructuredOutput("json_schema", _json_text(schema, "response_format"))
+        return StructuredOutput(StructuredKind.JSON_SCHEMA, _json_text(schema, "response_format"))
     raise _bad("'response_format.type' must be text, json_object or json_schema", "response_format")
 
 
@@ -76,7 +81,7 @@ def _vllm_structured(body: dict) -> StructuredOutput | None:
         if f"guided_{name}" in body:
             extras = {**extras, name: body[f"guided_{name}"]}
     if extras.get("json_object"):
-        return StructuredOutput("json_object")
+        return StructuredOutput(StructuredKind.JSON_OBJECT)
     found = [(name, extras[name]) for name in VLLM_KINDS if extras.get(name) is not None]
     if len(found) > 1:
         raise _bad("give one of json, regex, choice or grammar", "structured_outputs")
@@ -84,11 +89,11 @@ def _vllm_structured(body: dict) -> StructuredOutput | None:
         return None
     name, value = found[0]
     if name == "json":
-        return StructuredOutput("json_schema", _json_text(value, "structured_outputs"))
+        return StructuredOutput(StructuredKind.JSON_SCHEMA, _json_text(value, "structured_outputs"))
     if name == "choice":
         if not isinstance(value, list) or not value or not all(isinstance(c, str) for c in value):
             raise _bad("'choice' must be a non-empty list of strings", "structured_outputs")
-        return StructuredOutput("choice", json.dumps(value))
+        return StructuredOutput(StructuredKind.CHOICE, json.dumps(value))
     if not isinstance(value, str) or not value:
         raise _bad(f"'{name}' must be a non-empty string", "structured_outputs")
     return StructuredOutput(VLLM_KINDS[name], value)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from engine.errors import InvalidRequestError
+from engine.serve.completions_wire import RequestKind
 from engine.serve.features import parse_features
 from engine.serve.limits import ServeLimits
 from engine.types import (
@@ -57,7 +58,7 @@ def bad_request(message: str, param: str | None = None, code: str | None = None)
 class GenerationRequest:
     """One checked request: what to tokenize, how to sample, how to answer."""
 
-    kind: str  # "chat" or "completion"
+    kind: RequestKind
     model: str
     messages: list[dict] | None = None
     prompt: str | None = None
@@ -191,7 +192,7 @@ def _sampling_params(body: dict, max_tokens: int | None, limits: ServeLimits) ->
     min_tokens = _number(body, "min_tokens", integer=True, default=0)  # vLLM's: EOS is banned until then
     if min_tokens < 0 or (max_tokens is not None and min_tokens > max_tokens):
         raise bad_request(f"'min_tokens' must be between 0 and max_tokens, not {min_tokens}", "min_tokens")
-    params = SamplingParams(
+    return SamplingParams(
         max_tokens=max_tokens or max(1, min_tokens),
         min_tokens=min_tokens,
         temperature=float(temperature),
@@ -204,14 +205,9 @@ def _sampling_params(body: dict, max_tokens: int | None, limits: ServeLimits) ->
         stop=_stop_strings(body, limits),
         ignore_eos=ignore_eos,
     )
-    try:
-        params.validate()
-    except InvalidRequestError as exc:
-        raise bad_request(str(exc)) from None
-    return params
 
 
-def _common(body: object, kind: str, limits: ServeLimits) -> GenerationRequest:
+def _common(body: object, kind: RequestKind, limits: ServeLimits) -> GenerationRequest:
     if not isinstance(body, dict):
         raise bad_request("the request body must be a JSON object")
     model = body.get("model")
@@ -224,7 +220,7 @@ def _common(body: object, kind: str, limits: ServeLimits) -> GenerationRequest:
     stream, include_usage = _streaming(body)
     max_tokens, max_tokens_param = _max_tokens(body)
     try:
-        features = parse_features(body, chat=kind == "chat")
+        features = parse_features(body, chat=kind is RequestKind.CHAT)
     except InvalidRequestError as exc:
         raise bad_request(str(exc), exc.param) from None
     params = replace(
@@ -234,6 +230,10 @@ def _common(body: object, kind: str, limits: ServeLimits) -> GenerationRequest:
         logit_bias=features.logit_bias,
         stop_token_ids=features.stop_token_ids,
     )
+    try:
+        params.validate()  # once, here: the engine's check of these params then finds them checked
+    except InvalidRequestError as exc:
+        raise bad_request(str(exc)) from None
     return GenerationRequest(
         kind=kind,
         model=model,
@@ -255,7 +255,7 @@ def _check_prompt_size(chars: int, limits: ServeLimits, param: str) -> None:
 
 
 def parse_chat_request(body: object, limits: ServeLimits = DEFAULT_LIMITS) -> GenerationRequest:
-    request = _common(body, "chat", limits)
+    request = _common(body, RequestKind.CHAT, limits)
     assert isinstance(body, dict)
     if "messages" not in body:
         raise bad_request("'messages' is required: a list of {role, content} objects", "messages")
@@ -271,7 +271,7 @@ def parse_chat_request(body: object, limits: ServeLimits = DEFAULT_LIMITS) -> Ge
 
 
 def parse_completion_request(body: object, limits: ServeLimits = DEFAULT_LIMITS) -> GenerationRequest:
-    request = _common(body, "completion", limits)
+    request = _common(body, RequestKind.COMPLETION, limits)
     assert isinstance(body, dict)
     prompt = body.get("prompt")
     # the OpenAI API also takes a batch of prompts; one prompt per request here, like n = 1

@@ -15,45 +15,34 @@ from tests.app.conftest import settings, wait_idle
 
 
 class FakeRemote:
-    """What engine/remote/client.py offers: submit/cancel and listeners of TokenEvents, called from its own thread."""
+    """What engine/remote/client.py offers: submit/cancel, each request's TokenEvents to its sink from its own
+    thread."""
 
     def __init__(self, words: list[str]) -> None:
         self.words = words
-        self.listeners = []
         self.requests: list[list[dict]] = []
         self._ids = itertools.count(1)
 
-    def add_listener(self, listener) -> None:
-        self.listeners.append(listener)
-
-    def remove_listener(self, listener) -> None:
-        self.listeners.remove(listener)
-
-    def submit(self, *, messages, params, tag):
+    def submit(self, *, messages, params, tag, sink):
         request_id = f"remote-{next(self._ids)}"
         self.requests.append(list(messages))
-        threading.Thread(target=self._reply, args=(request_id, tag), daemon=True).start()
+        threading.Thread(target=self._reply, args=(request_id, tag, sink), daemon=True).start()
         return SimpleNamespace(request_id=request_id, cancel=lambda: self.cancel(request_id))
 
     def cancel(self, request_id: str) -> None:
         pass
 
-    def _reply(self, request_id: str, tag: str) -> None:
+    def _reply(self, request_id: str, tag: str, sink) -> None:
         for word in self.words:
             time.sleep(0.005)
-            self._emit([TokenEvent(request_id, tag, [1], word, time.monotonic())])
-        self._emit([TokenEvent(request_id, tag, [], "", time.monotonic(), True, "stop")])
-
-    def _emit(self, events) -> None:
-        for listener in self.listeners:
-            listener(events)
+            sink([TokenEvent(request_id, tag, [1], word, time.monotonic())])
+        sink([TokenEvent(request_id, tag, [], "", time.monotonic(), True, "stop")])
 
 
 def test_a_tab_can_chat_through_another_backend(qtbot, make_window) -> None:
     window = make_window()
     remote = FakeRemote(["Hello", " from", " far", " away."])
     window.registry.set("remote:test", remote, label="Test endpoint")
-    remote.add_listener(window.pump.listener)
     local = window.tabs.current
     far = window.tabs.new_chat(settings(system_prompt="Be remote."))
     assert far.set_backend("remote:test")

@@ -38,10 +38,14 @@ def test_text_prompts_use_the_chat_template(worker) -> None:
 
 def test_concurrent_requests_interleave(worker) -> None:
     order: list[str] = []
-    worker.add_listener(lambda events: order.extend(e.request_id for e in events))
-    handles = [worker.submit([5 + i, 6, 7], params=SamplingParams(max_tokens=8, ignore_eos=True)) for i in range(3)]
+
+    def sink(events) -> None:
+        order.extend(e.request_id for e in events)
+
+    params = SamplingParams(max_tokens=8, ignore_eos=True)
+    handles = [worker.submit([5 + i, 6, 7], params=params, sink=sink) for i in range(3)]
     for handle in handles:
-        handle.result(timeout=30)
+        handle.wait(timeout=30)
     firsts = [order.index(h.request_id) for h in handles]
     lasts = [len(order) - 1 - order[::-1].index(h.request_id) for h in handles]
     assert max(firsts) < min(lasts)  # every stream started before any ended: they ran together
@@ -154,3 +158,30 @@ def test_starting_the_engine_thread_releases_the_callers_openmp_pool(make_engine
             assert not pool & tasks()
     finally:
         torch.set_num_threads(previous)
+
+
+def test_a_request_with_a_sink_sends_each_event_there_once_and_keeps_none(worker) -> None:
+    seen: list = []
+    handle = worker.submit([5, 6, 7], params=SamplingParams(max_tokens=30, ignore_eos=True), sink=seen.extend)
+    final = handle.wait(timeout=30)
+    assert final.finish_reason == "length" and seen[-1] is final
+    assert sum(len(e.token_ids) for e in seen) == 30 and handle.output_tokens == 30
+    assert handle.pending == 0 and handle.token_ids == [] and handle.text_parts == []
+
+
+def test_a_failure_while_adding_goes_to_the_requests_sink(worker, monkeypatch) -> None:
+    def refuse(*_args, **_kwargs):
+        raise RuntimeError("injected while adding")
+
+    monkeypatch.setattr(worker.engine, "add_request", refuse)
+    arrived = threading.Event()
+    seen: list = []
+
+    def sink(events) -> None:
+        seen.extend(events)
+        arrived.set()
+
+    handle = worker.submit([5, 6, 7], params=SamplingParams(max_tokens=4), sink=sink)
+    assert arrived.wait(30)
+    assert [e.finish_reason for e in seen] == ["error"] and "injected while adding" in seen[0].error
+    assert handle.done and handle.pending == 0

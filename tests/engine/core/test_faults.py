@@ -47,8 +47,9 @@ def test_a_listener_that_raises_does_not_stop_the_streams(worker) -> None:
         calls["n"] += 1
         raise RuntimeError("listener bug")
 
-    worker.add_listener(broken)
-    result = worker.submit([5, 6, 7], params=SamplingParams(max_tokens=5, ignore_eos=True)).result(timeout=30)
+    params = SamplingParams(max_tokens=5, ignore_eos=True)
+    worker.submit([5, 6, 7], params=params, sink=broken)
+    result = worker.submit([5, 6, 7], params=params).result(timeout=30)
     assert result.finish_reason == "length" and len(result.token_ids) == 5
     assert calls["n"] >= 5 and worker.alive
 

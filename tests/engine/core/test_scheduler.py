@@ -213,7 +213,7 @@ def test_a_short_prompt_arriving_beside_a_long_one_is_prefilled_first() -> None:
     whole, so the question waited for every token of it; now the question is prefilled at once, the long prompt goes
     on with what is left (at least a page a step), and the live stream decodes every step."""
     s = make(pages=256, page_size=4, max_step_tokens=32)
-    s.prefill_budget = lambda decode_rows: 8 if decode_rows else 32
+    s.prefill_tokens_for = lambda decode_rows: 8 if decode_rows else 32
     live = request("live", 3)
     s.add(live)
     run_step(s)

@@ -52,7 +52,7 @@ def test_the_scheduler_keeps_prefill_within_the_budget_while_streams_decode() ->
         budgets.append(decode_rows)
         return 5 if decode_rows else 1000
 
-    scheduler = Scheduler(EngineConfig(page_size=4, max_step_tokens=64), pool, prefill_budget=budget)
+    scheduler = Scheduler(EngineConfig(page_size=4, max_step_tokens=64), pool, prefill_tokens_for=budget)
     first = Request("a", list(range(1, 9)), SamplingParams(max_tokens=8))
     scheduler.add(first)
     out = scheduler.schedule()
@@ -62,4 +62,4 @@ def test_the_scheduler_keeps_prefill_within_the_budget_while_streams_decode() ->
     scheduler.add(Request("b", list(range(1, 21)), SamplingParams(max_tokens=8)))
     out = scheduler.schedule()
     assert [(c.request.request_id, c.num_tokens) for c in out.chunks] == [("a", 1), ("b", 5)]
-    assert out.prefill_budget == 5 and budgets == [0, 1]
+    assert out.prefill_allowed == 5 and budgets == [0, 1]

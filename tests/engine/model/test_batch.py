@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from engine.core.request import Request
-from engine.core.scheduler import ScheduledChunk
+from engine.core.step_planner import sampling_row
 from engine.model.batch import allowed_masks
 from engine.types import SamplingParams
 
@@ -16,13 +16,14 @@ def test_end_tokens_are_banned_row_by_row_until_min_tokens_and_free_requests_nee
     drafting = Request("d", [5, 6, 7], SamplingParams(min_tokens=3, stop_token_ids=(STOP,)))
     drafting.output_ids = [11]  # one made: its rows make the 2nd, 3rd and 4th tokens
     free = Request("f", [5, 6], SamplingParams())
-    chunks = [ScheduledChunk(drafting, 3, 3, True, draft=(12, 13)), ScheduledChunk(free, 1, 1, True)]
+    chunks = [sampling_row(drafting, (12, 13)), sampling_row(free)]
     masks = allowed_masks(chunks, VOCAB, {EOS})
     assert masks.shape == (4, VOCAB)
     assert masks[:, EOS].tolist() == masks[:, STOP].tolist() == [False, False, True, True]
     assert int((~masks).sum()) == 4  # nothing else banned
     assert allowed_masks(chunks[1:], VOCAB, {EOS}) is None
     drafting.output_ids = [11, 12, 13]
+    chunks = [sampling_row(drafting, (12, 13)), sampling_row(free)]
     assert allowed_masks(chunks, VOCAB, {EOS}) is None  # min_tokens made: no row is limited
 
 
@@ -35,5 +36,5 @@ def test_a_grammar_row_keeps_its_mask_and_loses_its_end_tokens_while_min_tokens_
 
     request = Request("g", [5], SamplingParams(min_tokens=1))
     request.matcher = Grammar()
-    (row,) = allowed_masks([ScheduledChunk(request, 1, 0, True)], VOCAB, {EOS})
+    (row,) = allowed_masks([sampling_row(request)], VOCAB, {EOS})
     assert row.nonzero().view(-1).tolist() == [20, 21]

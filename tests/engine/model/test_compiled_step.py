@@ -15,6 +15,7 @@ import torch
 
 from engine.core.request import Request
 from engine.core.scheduler import ScheduledChunk
+from engine.core.step_planner import plan_step
 from engine.load.loader import load_model
 from engine.load.options import LoadOptions
 from engine.model import compiled_step, fast_forward
@@ -85,7 +86,8 @@ def _run(fast, cache, requests, compiled: bool) -> list[torch.Tensor]:
     ]
     with torch.inference_mode():
         for step in steps:
-            batch = pack([ScheduledChunk(r, n, start, samples=True) for r, n, start in step], cache, tables=compiled)
+            chunks = [ScheduledChunk(r, n, start, samples=True) for r, n, start in step]
+            batch = pack(plan_step(chunks, cache.page_size)[0], cache, tables=compiled)
             logits.append(fast(batch.context, batch.input_ids, batch.positions, batch.keep, tables=batch.tables))
             assert fast.last_compiled == compiled
     return logits
@@ -195,7 +197,8 @@ def test_a_prompts_many_rows_on_quantized_weights_run_unpacked_tiles_in_python(f
         logits = []
         with torch.inference_mode():
             for count, start in ((rows, 0), (1, rows)):  # the prompt, then one decode row
-                batch = pack([ScheduledChunk(request, count, start, samples=True)], cache, tables=True)
+                chunks = [ScheduledChunk(request, count, start, samples=True)]
+                batch = pack(plan_step(chunks, cache.page_size)[0], cache, tables=True)
                 logits.append(fast(batch.context, batch.input_ids, batch.positions, batch.keep, tables=batch.tables))
                 compiled.append(fast.last_compiled)
         runs.append(logits)
@@ -272,7 +275,8 @@ def test_any_failure_while_running_falls_back_without_losing_the_step(models, er
     requests = _requests(model.config.vocab_size)
     with torch.inference_mode():
         chunks = [ScheduledChunk(requests[0], 17, 0, True), ScheduledChunk(requests[1], 8, 0, True)]
-        batch = pack(chunks, _cache(fast), tables=True)
+        cache = _cache(fast)
+        batch = pack(plan_step(chunks, cache.page_size)[0], cache, tables=True)
         logits = fast(batch.context, batch.input_ids, batch.positions, batch.keep, tables=batch.tables)
     assert not fast.last_compiled and not fast.compiled
     assert fast.compiled_note.startswith("off: failed while running: injected fault")
@@ -332,7 +336,7 @@ def _step_inputs(fast) -> dict[str, torch.Tensor]:
     requests = _requests(fast.model.config.vocab_size)
     chunks = [ScheduledChunk(requests[0], 3, 0, True), ScheduledChunk(requests[1], 2, 0, True)]
     cache = _cache(fast)
-    batch = pack(chunks, cache, tables=True)
+    batch = pack(plan_step(chunks, cache.page_size)[0], cache, tables=True)
     hidden = fast.embed(batch.input_ids)
     cos, sin = fast.rotary(hidden.unsqueeze(0), batch.positions.unsqueeze(0))
     inputs = {"hidden": hidden, "cos": cos[0], "sin": sin[0], "storage": cache.storage,

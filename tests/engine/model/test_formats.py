@@ -261,12 +261,14 @@ def test_top_k_sampling_gets_its_candidates_and_penalised_tokens_exact() -> None
 
 def test_which_steps_pick_among_leading_candidates() -> None:
     from engine.core.request import Request
-    from engine.core.scheduler import ScheduledChunk
+    from engine.core.step_planner import sampling_row
     from engine.model.batch import _leading, _penalized
     from engine.model.lm_head import CANDIDATES, TOP_K_MARGIN
 
-    def chunks(*params: SamplingParams) -> list[ScheduledChunk]:
-        return [ScheduledChunk(Request(f"r{i}", [3, 4, 3], p), 1, 2, True) for i, p in enumerate(params)]
+    def chunks(*params: SamplingParams, replied: tuple[int, ...] = ()) -> list:
+        requests = [Request(f"r{i}", [3, 4, 3], p) for i, p in enumerate(params)]
+        requests[-1].output_ids = list(replied)
+        return [sampling_row(r) for r in requests]
 
     greedy, top_k = SamplingParams(), SamplingParams(temperature=0.8, top_k=40)
     assert _leading(chunks(greedy)) == CANDIDATES
@@ -284,8 +286,7 @@ def test_which_steps_pick_among_leading_candidates() -> None:
     # OpenAI's penalties: the reply's own tokens join the exact candidates, and a greedy row gets the margin
     presence = SamplingParams(presence_penalty=0.5)
     assert _leading(chunks(presence)) == CANDIDATES + TOP_K_MARGIN
-    replied = chunks(greedy, presence)
-    replied[1].request.output_ids = [9, 7, 9]
+    replied = chunks(greedy, presence, replied=(9, 7, 9))
     assert _penalized(replied) == [[], [7, 9]]
 
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from engine.core.request import Request
-from engine.core.scheduler import ScheduledChunk
+from engine.core.step_planner import sampling_row
 from engine.model import formats
 from engine.model.batch import allowed_masks
 from engine.model.lm_head import CANDIDATES, TOP_K_MARGIN, LMHead
@@ -76,13 +76,12 @@ def test_min_tokens_bans_the_end_token_before_the_leaders_are_chosen() -> None:
     best of those is picked (banned after the choice, the pick was among the seven decoys left)."""
     head = crafted_head(eos_first=True)
     request = Request("r", [3, 4, 5], SamplingParams(min_tokens=2, max_tokens=4))
-    chunk = ScheduledChunk(request, 1, 2, True)
-    allowed = allowed_masks([chunk], VOCAB, {EOS})
+    allowed = allowed_masks([sampling_row(request)], VOCAB, {EOS})
     assert allowed is not None and not allowed[0, EOS] and allowed[0, :EOS].all()
     with torch.inference_mode():
         logits = head.greedy(HIDDEN, allowed)
-    assert Sampler(eos_ids={EOS}).sample(logits, [request], grammar_applied=True) == [[CANDIDATES]]
+    assert Sampler(eos_ids={EOS}).sample(logits, [sampling_row(request)], grammar_applied=True) == [[CANDIDATES]]
     request.output_ids = [7, 8]  # min_tokens made: nothing banned, the end token is free to win
-    assert allowed_masks([chunk], VOCAB, {EOS}) is None
+    assert allowed_masks([sampling_row(request)], VOCAB, {EOS}) is None
     with torch.inference_mode():
         assert int(head.greedy(HIDDEN).argmax()) == EOS

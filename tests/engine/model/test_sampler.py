@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from engine.core.request import Request
+from engine.core.step_planner import sampling_row
 from engine.errors import InvalidRequestError
 from engine.model.sampler import Sampler, apply_repetition_penalty, filter_logits
 from engine.types import SamplingParams
@@ -52,9 +53,9 @@ def test_greedy_picks_the_argmax_and_the_penalty_changes_it() -> None:
     sampler = Sampler(seed=0)
     logits = torch.tensor([[1.0, 3.0, 2.0]])
     plain = Request("a", [1], SamplingParams())
-    assert sampler.sample(logits, [plain]) == [[1]]
+    assert sampler.sample(logits, [sampling_row(plain)]) == [[1]]
     penalised = Request("b", [1], SamplingParams(repetition_penalty=4.0))
-    assert sampler.sample(logits, [penalised]) == [[2]]
+    assert sampler.sample(logits, [sampling_row(penalised)]) == [[2]]
 
 
 def test_same_seed_same_tokens_whatever_the_batch() -> None:
@@ -68,7 +69,7 @@ def test_same_seed_same_tokens_whatever_the_batch() -> None:
         tokens = []
         for _ in range(20):
             rows = torch.cat([logits] * (1 + batch_others))
-            tokens.append(sampler.sample(rows, [request, *others])[0][0])
+            tokens.append(sampler.sample(rows, [sampling_row(r) for r in (request, *others)])[0][0])
             request.output_ids.append(tokens[-1])  # as the engine does: the next draw is the next position's
         return tokens
 
@@ -104,7 +105,7 @@ def test_min_tokens_bans_eos_and_stop_tokens_until_reached() -> None:
     done.output_ids = [2, 2]
     sampler = Sampler(eos_ids={1})
     # 1 (EOS) and 3 (a stop token) may not end the short reply: the best token left is 2
-    assert sampler.sample(logits, [short, done]) == [[2], [1]]
+    assert sampler.sample(logits, [sampling_row(short), sampling_row(done)]) == [[2], [1]]
 
 
 def test_min_tokens_must_fit_in_max_tokens() -> None:
@@ -117,9 +118,10 @@ def test_a_greedy_draft_is_kept_while_greedy_agrees_then_greedy_corrects_it() ->
     logits = torch.tensor([[0.0, 9.0, 0.0, 0.0], [0.0, 0.0, 9.0, 0.0], [9.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 9.0]])
     request = Request("a", [0], SamplingParams(max_tokens=8))
     sampler = Sampler()
-    assert sampler.sample(logits, [request], [(1, 2, 0)]) == [[1, 2, 0, 3]]  # all kept, and a fourth token
-    assert sampler.sample(logits, [request], [(1, 3, 0)]) == [[1, 2]]  # the second is wrong: greedy's 2 instead
-    assert sampler.sample(logits[:1], [request], [()]) == [[1]]
+    assert sampler.sample(logits, [sampling_row(request, (1, 2, 0))]) == [[1, 2, 0, 3]]  # all kept, and a fourth token
+    # the second is wrong: greedy's 2 instead
+    assert sampler.sample(logits, [sampling_row(request, (1, 3, 0))]) == [[1, 2]]
+    assert sampler.sample(logits[:1], [sampling_row(request)]) == [[1]]
 
 
 def test_speculative_sampling_keeps_the_output_distribution() -> None:
@@ -130,7 +132,7 @@ def test_speculative_sampling_keeps_the_output_distribution() -> None:
     request = Request("a", [0], SamplingParams(temperature=1.0, max_tokens=8))
     trials = 4000
     for _ in range(trials):
-        counts[sampler.sample(logits, [request], [(1,)])[0][0]] += 1
+        counts[sampler.sample(logits, [sampling_row(request, (1,))])[0][0]] += 1
     assert torch.allclose(counts / trials, torch.tensor([0.6, 0.3, 0.1]), atol=0.03)
 
 
@@ -161,11 +163,11 @@ def test_presence_and_frequency_penalties_follow_openais_formula() -> None:
     logits = torch.tensor([1.0, 2.0, 3.0, 4.0])
     request = Request("a", [0, 0, 0], SamplingParams(presence_penalty=0.5, frequency_penalty=0.25))
     request.output_ids = [3, 3, 1]
-    out = apply_penalties(logits, request)
+    out = apply_penalties(logits, sampling_row(request))
     assert out.tolist() == [1.0, 2.0 - 0.25 - 0.5, 3.0, 4.0 - 0.5 - 0.5]
     assert logits.tolist() == [1.0, 2.0, 3.0, 4.0]  # input untouched
-    assert penalized_ids(request) == [1, 3]
-    assert penalized_ids(Request("b", [0], SamplingParams(repetition_penalty=1.1))) == [0]
+    assert penalized_ids(sampling_row(request)) == [1, 3]
+    assert penalized_ids(sampling_row(Request("b", [0], SamplingParams(repetition_penalty=1.1)))) == [0]
     with pytest.raises(InvalidRequestError, match="presence penalty"):
         SamplingParams(presence_penalty=2.5).validate()
 
@@ -174,9 +176,9 @@ def test_a_greedy_request_with_penalties_avoids_its_repeats() -> None:
     sampler = Sampler(seed=0)
     logits = torch.tensor([[1.0, 3.0, 2.9]])
     request = Request("a", [0], SamplingParams(frequency_penalty=0.2))
-    assert sampler.sample(logits, [request]) == [[1]]
+    assert sampler.sample(logits, [sampling_row(request)]) == [[1]]
     request.output_ids = [1]
-    assert sampler.sample(logits, [request]) == [[2]]  # 3.0 - 0.2 < 2.9
+    assert sampler.sample(logits, [sampling_row(request)]) == [[2]]  # 3.0 - 0.2 < 2.9
     boosted = Request("b", [0], SamplingParams(presence_penalty=-0.5))
     boosted.output_ids = [0]
-    assert sampler.sample(logits, [boosted]) == [[1]]  # 1.0 + 0.5 still below 3.0
+    assert sampler.sample(logits, [sampling_row(boosted)]) == [[1]]  # 1.0 + 0.5 still below 3.0

@@ -39,8 +39,6 @@ def test_models_health_and_a_streamed_chat(remote: RemoteClient) -> None:
     assert remote.list_models() == ["tiny"]
     health = remote.health()
     assert health.ok and health.latency_s is not None
-    seen: list = []
-    remote.add_listener(seen.extend)
     handle = remote.submit(messages=HELLO, params=SamplingParams(max_tokens=12, ignore_eos=True), tag="tab 1")
     events = list(handle.events(timeout=60))
     assert events[-1].finished and not any(e.finished for e in events[:-1])
@@ -51,7 +49,10 @@ def test_models_health_and_a_streamed_chat(remote: RemoteClient) -> None:
     stats = result.stats
     assert stats.output_tokens == 12 and stats.prompt_tokens > 3 and result.prompt_tokens == stats.prompt_tokens
     assert stats.ttft_s > 0 and stats.e2e_s >= stats.ttft_s
-    assert [e.request_id for e in seen] == [e.request_id for e in events]  # listeners see what the handle sees
+    seen: list = []  # the same request with a sink: the sink gets what the handle got, and the handle keeps none
+    sunk = remote.submit(messages=HELLO, params=SamplingParams(max_tokens=12, ignore_eos=True), sink=seen.extend)
+    assert sunk.wait(timeout=60).finish_reason == "length" and seen[-1].finished
+    assert [e.text for e in seen] == [e.text for e in events] and sunk.pending == 0 and not sunk.text_parts
     snapshot = remote.metrics.snapshot()  # client-side timings for the dashboard
     assert snapshot.tokens and snapshot.tokens[0].index == 0 and snapshot.finished[-1]["output_tokens"] == 12
 
