@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from engine.model import formats
+from engine.model.quantized import Int8Linear
 
 CANDIDATES = 8  # recomputed first; near-ties within bfloat16's error of the leaders are recomputed beyond them
 TOP_K_MARGIN = 32  # top-k sampling: candidates recomputed beyond k, so the check below rarely finds more to recompute
@@ -190,11 +191,10 @@ def _max_row_norm(module: nn.Module) -> float:
     rows are q * scale: the norm of q times the scale, from slices (gathering and scaling every row was ~0.5 s of a
     3B model's start), nudged up by 1e-5 for the rounding of that product (an upper bound is what the error needs)."""
     norm = 0.0
-    q, scale = getattr(module, "q", None), getattr(module, "scale", None)
     for start in range(0, module.out_features, EXACT_BLOCK_ROWS):
         end = min(start + EXACT_BLOCK_ROWS, module.out_features)
-        if isinstance(q, torch.Tensor) and isinstance(scale, torch.Tensor) and q.dtype == torch.int8:
-            block = q[start:end].float().norm(dim=1) * scale[start:end].float() * (1 + 1e-5)
+        if isinstance(module, Int8Linear):
+            block = module.q[start:end].float().norm(dim=1) * module.scale[start:end].float() * (1 + 1e-5)
         else:
             block = module.dequantize(torch.arange(start, end)).norm(dim=1)
         norm = max(norm, float(block.max()))
