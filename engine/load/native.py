@@ -81,7 +81,8 @@ def _flags() -> list[str]:
     libs = cpp_extension.library_paths()
     abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
     return [
-        "-O3", f"-march={_arch()}", "-ffp-contract=off", "-std=c++17", "-Wall", "-Wextra", "-shared", "-fPIC",
+        "-O3", f"-march={_arch()}", "-ffp-contract=off", "-fopenmp", "-std=c++17", "-Wall", "-Wextra", "-shared",
+        "-fPIC",
         f"-D_GLIBCXX_USE_CXX11_ABI={abi}", *[flag for path in headers for flag in ("-isystem", path)],
         *[f"-L{path}" for path in libs], *[f"-Wl,-rpath,{path}" for path in libs], "-lc10", "-ltorch_cpu", "-ltorch",
     ]  # fmt: skip
@@ -95,8 +96,10 @@ def _library_path(compiler: str) -> Path:
     except OSError:
         cpu = platform.processor() or platform.machine()
     key = hashlib.sha256()
+    flags = " ".join(_flags()).encode()  # a change of flags (OpenMP) is a new build
     for part in (SOURCE.read_bytes(), torch.__version__.encode(), version.encode(), cpu.encode(), _arch().encode()):
         key.update(part)
+    key.update(flags)
     return cache_dir() / "compiled" / f"gguf_decode-{key.hexdigest()[:20]}.so"
 
 

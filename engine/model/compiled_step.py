@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from engine.model import formats as formats_
-from engine.model import kernels, stored
+from engine.model import int4pack, kernels, stored, tiles
 from engine.model.batch import CHUNK_COLUMNS
 from engine.model.quantized import INT4_GROUP, HalfLinear, Int4Linear, Int8Linear
 from engine.paths import cache_dir
@@ -106,7 +106,7 @@ def _flags() -> list[str]:
     libs = cpp_extension.library_paths()
     abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
     return [
-        "-O3", f"-march={target_arch()}", "-ffp-contract=off", "-fopenmp-simd", "-std=c++17", "-Wall", "-Wextra",
+        "-O3", f"-march={target_arch()}", "-ffp-contract=off", "-fopenmp", "-std=c++17", "-Wall", "-Wextra",
         "-shared", "-fPIC", f"-D_GLIBCXX_USE_CXX11_ABI={abi}", *includes,
         *[f"-L{path}" for path in libs], *[f"-Wl,-rpath,{path}" for path in libs], "-lc10", "-ltorch_cpu", "-ltorch",
     ]  # fmt: skip
@@ -119,7 +119,9 @@ def _library_path(compiler: str) -> Path:
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise CompileUnavailable(f"the C++ compiler {compiler} does not run: {exc}") from None
     key = hashlib.sha256()
+    flags = " ".join(_flags())  # a change of flags (OpenMP) is a new build
     parts = (SOURCE.read_bytes(), torch.__version__.encode(), version.encode(), _cpu_identity().encode(), target_arch())
+    parts += (flags,)
     for part in parts:
         part = part.encode() if isinstance(part, str) else part
         key.update(part)
@@ -267,11 +269,27 @@ class CompiledStep:
         self.model = torch.classes.studio.DecodeModel(
             fast.heads, fast.kv_heads, fast.head_dim, fast.hidden, fast.intermediate, float(fast.eps), fast.scale
         )
+        largest: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}  # by kind: the weight the tiles are measured on
         for layer, modules in zip(fast.layers, linears.layers, strict=True):
             self.model.add_layer(layer.input_norm.float(), layer.post_norm.float(), layer.sliding_window or 0)
             for slot, module in enumerate(modules):
                 for kind, a, b, bias, group, bf16, rows in _linear_specs(module):
                     self.model.add_linear(slot, kind, a, b, None if bias is None else bias.float(), group, bf16, rows)
+                    if kind in (INT4, INT8) and (kind not in largest or a.numel() > largest[kind][0].numel()):
+                        largest[kind] = (a, b)
+        #: rows from which int4 / int8 weights are multiplied as bfloat16 tiles (0: never)
+        self.tiles_from = {kind: tiles.tiles_from(kind, *weight) for kind, weight in largest.items()}
+        layout = int4pack.layout()
+        self.model.use_tiles(
+            self.tiles_from.get(INT4, 0), self.tiles_from.get(INT8, 0), layout.block if layout else 0,
+            bool(layout and layout.split),
+        )  # fmt: skip
+
+    @property
+    def tiles_note(self) -> str | None:
+        """ "int4 tiles from 4 rows, int8 from 8", or None where every step keeps torch's kernels."""
+        used = [f"{kind} from {rows} rows" for kind, rows in sorted(self.tiles_from.items()) if rows]
+        return f"bfloat16 tiles for {', '.join(used)}" if used else None
 
     def forward(self, hidden, cos, sin, storage, chunks, pages) -> torch.Tensor:
         return self.model.forward(hidden, cos, sin, storage, chunks, pages)

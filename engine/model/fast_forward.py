@@ -200,6 +200,11 @@ class FastForward:
             formats_on = ", ".join(sorted(self.compiled))
             self.compiled_note = f"on for {formats_on}" + (f" (not for {reason})" if reason else "")
             self.kinds.append(f"compiled step (C++, {formats_on})")
+            self.kinds.extend(sorted({note for step in self.compiled.values() if (note := step.tiles_note)}))
+            head = self.lm_head.fast  # a stored head: the module itself ranks the tokens (lm_head.py)
+            # a stored head takes the tiles its format was measured for
+            if isinstance(head, (quantized.Int4Linear, quantized.Int8Linear)):
+                head.tiles_from = max(step.tiles_from.get(head.format, 0) for step in self.compiled.values())
         else:
             self.compiled_note = f"off: {reason}"
 

@@ -84,10 +84,16 @@ class Int8Linear(nn.Module):
         q, scale = (self.q, self.scale) if rows is None else (self.q[rows], self.scale[rows])
         return q.float() * scale.float()[:, None]
 
+    #: steps of at least this many rows (and fewer than UNPACK_FROM_ROWS) multiply through the compiled step's
+    #: bfloat16 tiles, where its load measured them faster than torch's kernel (engine/model/tiles.py); 0: never
+    tiles_from = 0
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features).to(torch.bfloat16)
         if rows.shape[0] >= UNPACK_FROM_ROWS and rows.device.type == "cpu":
             out = self._by_tiles(rows)
+        elif 0 < self.tiles_from <= rows.shape[0]:
+            out = torch.ops.studio.int8_tiles_mm(rows, self.q, self.scale, torch.ops.studio.tiles_vnni())
         else:
             out = torch._weight_int8pack_mm(rows, self.q, self.scale).float()
         if self.bias is not None:
@@ -168,6 +174,8 @@ class Int4Linear(nn.Module):
         module.register_buffer("bias", _float_bias(bias))
         return module
 
+    tiles_from = 0  # as Int8Linear.tiles_from
+
     @property
     def format(self) -> str:
         return "int4"
@@ -199,8 +207,12 @@ class Int4Linear(nn.Module):
         # model's own modules strided views of theirs (engine/model/stored.py)
         scales = self.scales_and_zeros.contiguous()
         unpack = int4_unpacker() if rows.shape[0] >= UNPACK_FROM_ROWS and rows.device.type == "cpu" else None
+        layout = int4pack.layout()
         if unpack is not None:
             out = self._by_tiles(rows, scales, unpack).float()
+        elif 0 < self.tiles_from <= rows.shape[0] and layout is not None:
+            vnni = torch.ops.studio.tiles_vnni()
+            out = torch.ops.studio.int4_tiles_mm(rows, self.packed, scales, layout.block, layout.split, vnni)
         else:
             out = torch._weight_int4pack_mm_for_cpu(rows, self.packed, INT4_GROUP, scales).float()
         if out.shape[-1] != self.out_features:

@@ -13,6 +13,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/native/CPUBlas.h>
 #include <c10/util/BFloat16.h>
 #include <torch/custom_class.h>
 #include <torch/library.h>
@@ -20,8 +21,13 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
+
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+#include <immintrin.h>
+#endif
 
 using at::Tensor;
 
@@ -68,6 +74,9 @@ struct Linear {
   int64_t in_features = 0, out_features = 0;
   int64_t kernel_rows = 0;  // rows the kernel computes: out_features, or more (int4 pads rows to torch's multiple)
   at::ScalarType input = at::kFloat;  // what the kernel multiplies: float32 or bfloat16 rows
+  int64_t tiles_from = 0;  // int4/int8: steps of at least this many rows multiply bfloat16 tiles (0: never)
+  int64_t block = 0;       // int4: torch's packing's rows per block here, and whether a block's halves share bytes
+  bool split = false;
 };
 
 Tensor onednn_linear(const Tensor& x, const Tensor& packed) {
@@ -76,6 +85,190 @@ Tensor onednn_linear(const Tensor& x, const Tensor& packed) {
                        .typed<Tensor(const Tensor&, const Tensor&, const std::optional<Tensor>&, c10::string_view,
                                      c10::List<std::optional<at::Scalar>>, std::optional<c10::string_view>)>();
   return op.call(x, packed, std::nullopt, "none", c10::List<std::optional<at::Scalar>>(), c10::string_view(""));
+}
+
+
+// ---- int4 and int8 weights multiplied as bfloat16 tiles, for steps of several rows ----
+//
+// Why: torch's int4 and int8 weight-only kernels cost the same per row however many rows share a weight (an
+// 11008x2048 int4 weight: ~1 ms for 1 row, ~7 ms for 16), so 16 decoding chats paid 16 single-chat products. Here
+// each weight is converted to bfloat16 once per step, a tile of 64 rows x TILE_K columns at a time (64 KiB, in
+// cache), and multiplied for all the step's rows by torch's brgemm (oneDNN's small-matrix kernel: AMX where the CPU
+// has it). int4: (code - 8) * scale + zero rounded to bfloat16 (as the prefill's tiles, and as close as the kernel,
+// whose output is bfloat16); int8: the codes exactly, the row scale applied to the product. Sums are float32.
+
+constexpr int64_t TILE_K = 512;
+
+inline uint16_t bf16_bits(float v) {  // round to nearest even, as c10::BFloat16 does for finite values
+  uint32_t bits;
+  std::memcpy(&bits, &v, 4);
+  return static_cast<uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
+}
+
+// GCC 12 warns that the _mm512_undefined_* values inside its own intrinsics "may be used uninitialized" (they are
+// don't-care lanes by design); for these functions' intrinsics only
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// Columns [k0, k0 + kc) of the `count` rows of one packing unit starting at row `row0` (bytes from `src`), as brgemm's
+// B: pairs of columns per row ([kc / 2][count][2]) when `vnni`, else rows of columns ([kc][count]).
+void unpack_int4_unit(const uint8_t* src, int64_t count, bool pairs, const c10::BFloat16* sz, int64_t padded,
+                      int64_t row0, int64_t k0, int64_t kc, uint16_t* out, bool vnni) {
+  const int64_t half = count / 2;
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+  if (count == 64 && !pairs) {  // a full block of 64 rows whose byte j holds rows j and j + 32: 16 rows at a time
+    const __m512i interleave = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7,
+                                                22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    const __m256i nibble = _mm256_set1_epi8(0x0F);
+    const __m512i eight = _mm512_set1_epi32(8);
+    for (int64_t g = k0 / 32; g < (k0 + kc) / 32; ++g) {
+      __m512 scale[4], zero[4];
+      for (int q = 0; q < 4; ++q) {  // rows 16q..16q+15: their [scale, zero] bfloat16 pairs as two float vectors
+        const __m512i both = _mm512_loadu_si512(sz + (g * padded + row0 + 16 * q) * 2);
+        scale[q] = _mm512_castsi512_ps(_mm512_slli_epi32(both, 16));
+        zero[q] = _mm512_castsi512_ps(_mm512_and_si512(both, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
+      }
+      for (int64_t k = g * 32; k < g * 32 + 32; k += 2) {
+        const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + k * half));
+        const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + (k + 1) * half));
+        const __m256i codes[4] = {_mm256_and_si256(a, nibble), _mm256_and_si256(_mm256_srli_epi16(a, 4), nibble),
+                                  _mm256_and_si256(b, nibble), _mm256_and_si256(_mm256_srli_epi16(b, 4), nibble)};
+        for (int q = 0; q < 4; ++q) {  // rows 16q..: low nibbles for q < 2, high ones for q >= 2
+          const int high = q >> 1;
+          const __m128i ca = (q & 1) ? _mm256_extracti128_si256(codes[high], 1) : _mm256_castsi256_si128(codes[high]);
+          const __m128i cb =
+              (q & 1) ? _mm256_extracti128_si256(codes[2 + high], 1) : _mm256_castsi256_si128(codes[2 + high]);
+          // (code - 8) * scale is exact in float32, so the fused multiply-add rounds once, as mul-then-add does
+          const __m512 fa = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(ca), eight)),
+                                            scale[q], zero[q]);
+          const __m512 fb = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(cb), eight)),
+                                            scale[q], zero[q]);
+#if defined(__AVX512BF16__)
+          const __m512i both = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(fb, fa));  // a's 16, then b's (RNE)
+#else
+          auto round = [](__m512 v) {  // to bfloat16 bits, nearest even, in 16-bit lanes
+            const __m512i bits = _mm512_castps_si512(v);
+            const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+            return _mm512_cvtepi32_epi16(
+                _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(bits, _mm512_set1_epi32(0x7FFF)), lsb), 16));
+          };
+          const __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(round(fa)), round(fb), 1);  // a's, b's
+#endif
+          const int64_t row = 16 * q;
+          if (vnni) {
+            _mm512_storeu_si512(out + (k - k0) * count + 2 * row, _mm512_permutexvar_epi16(interleave, both));
+          } else {
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + (k - k0) * count + row), _mm512_castsi512_si256(both));
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + (k + 1 - k0) * count + row),
+                                _mm512_extracti64x4_epi64(both, 1));
+          }
+        }
+      }
+    }
+    return;
+  }
+#endif
+  for (int64_t k = k0; k < k0 + kc; ++k) {
+    const uint8_t* column = src + k * half;
+    const int64_t g = k / 32;
+    for (int64_t j = 0; j < half; ++j) {
+      const int64_t rows[2] = {pairs ? 2 * j : j, pairs ? 2 * j + 1 : j + half};
+      const int codes[2] = {column[j] & 15, column[j] >> 4};
+      for (int h = 0; h < 2; ++h) {
+        const int64_t r = rows[h];
+        const float v = static_cast<float>(codes[h] - 8) * static_cast<float>(sz[(g * padded + row0 + r) * 2]) +
+                        static_cast<float>(sz[(g * padded + row0 + r) * 2 + 1]);
+        out[vnni ? ((k - k0) / 2 * count + r) * 2 + (k - k0) % 2 : (k - k0) * count + r] = bf16_bits(v);
+      }
+    }
+  }
+}
+
+bool tiles_vnni() { return at::native::cpublas::could_pack(at::kBFloat16); }
+
+// x [M, K] bfloat16 @ the int4 weight (torch's packing: blocks of `block` rows, halves sharing bytes when `split`)
+// -> float32 [M, padded rows]
+Tensor int4_tiles_mm(const Tensor& x, const Tensor& packed, const Tensor& sz, int64_t block, bool split, bool vnni) {
+  TORCH_CHECK_VALUE(block == 32 || block == 64, "packing blocks are 32 or 64 rows, not ", block);
+  TORCH_CHECK_VALUE(!vnni || tiles_vnni(), "this CPU's brgemm takes no pairs of bfloat16 columns");
+  TORCH_CHECK_TYPE(x.dim() == 2 && x.scalar_type() == at::kBFloat16, "int4 tiles multiply bfloat16 rows [M, K]");
+  const int64_t m = x.size(0), k = x.size(1), padded = packed.size(0);
+  TORCH_CHECK_VALUE(packed.dim() == 2 && packed.scalar_type() == at::kByte && packed.is_contiguous() &&
+                        packed.size(1) * 2 == k && k % 32 == 0 && padded % 16 == 0,
+                    "a packed int4 weight [rows, K / 2] for rows of ", k, ", not ", packed.sizes());
+  TORCH_CHECK_VALUE(sz.dim() == 3 && sz.size(0) == k / 32 && sz.size(1) == padded && sz.size(2) == 2 &&
+                        sz.scalar_type() == at::kBFloat16 && sz.is_contiguous(),
+                    "scales and zeros must be a contiguous bfloat16 [K / 32, rows, 2] tensor, not ", sz.sizes());
+  const Tensor rows = x.contiguous();
+  Tensor out = at::empty({m, padded}, x.options().dtype(at::kFloat));
+  const auto* a = rows.data_ptr<at::BFloat16>();
+  const uint8_t* weights = packed.data_ptr<uint8_t>();
+  const auto* scales = sz.data_ptr<c10::BFloat16>();
+  float* o = out.data_ptr<float>();
+  const int64_t full = padded / block * block, units = (padded + block - 1) / block;
+  at::parallel_for(0, units, 1, [&](int64_t begin, int64_t end) {
+    std::vector<uint16_t> tile(TILE_K * block);
+    for (int64_t unit = begin; unit < end; ++unit) {
+      const int64_t first = unit * block, count = std::min(block, padded - first);
+      const bool pairs = !(split && count == block && first < full);
+      for (int64_t k0 = 0; k0 < k; k0 += TILE_K) {
+        const int64_t kc = std::min(TILE_K, k - k0);
+        unpack_int4_unit(weights + first * (k / 2), count, pairs, scales, padded, first, k0, kc, tile.data(), vnni);
+        at::native::cpublas::brgemm(m, count, kc, k, count, padded, k0 > 0, a + k0,
+                                    reinterpret_cast<const at::BFloat16*>(tile.data()), o + first, vnni);
+      }
+    }
+    at::native::cpublas::brgemm_release(vnni);
+  });
+  return out;
+}
+
+#pragma GCC diagnostic pop
+
+// x [M, K] bfloat16 @ (q [N, K] int8 * scale [N])^T -> float32 [M, N]: each tile of 64 weight rows is brgemm's A
+// (the codes as bfloat16: exact) against x's columns as its B, and the product's rows are scaled and transposed out.
+Tensor int8_tiles_mm(const Tensor& x, const Tensor& q, const Tensor& scale, bool vnni) {
+  TORCH_CHECK_VALUE(!vnni || tiles_vnni(), "this CPU's brgemm takes no pairs of bfloat16 columns");
+  TORCH_CHECK_TYPE(x.dim() == 2 && x.scalar_type() == at::kBFloat16, "int8 tiles multiply bfloat16 rows [M, K]");
+  const int64_t m = x.size(0), k = x.size(1), n = q.size(0);
+  TORCH_CHECK_VALUE(q.dim() == 2 && q.scalar_type() == at::kChar && q.is_contiguous() && q.size(1) == k && k % 2 == 0,
+                    "an int8 weight [rows, ", k, "] (even), not ", q.sizes());
+  TORCH_CHECK_VALUE(scale.dim() == 1 && scale.size(0) == n && scale.is_contiguous(), "int8 scales must be [", n, "]");
+  const Tensor scales = scale.to(at::kFloat).contiguous();
+  // brgemm's B: x's columns, as pairs per row ([K / 2][M][2]: x's 32-bit words transposed) or rows ([K][M])
+  const Tensor b = vnni ? x.contiguous().view(at::kInt).t().contiguous() : x.t().contiguous();
+  Tensor out = at::empty({m, n}, x.options().dtype(at::kFloat));
+  const auto* bp = reinterpret_cast<const at::BFloat16*>(b.data_ptr());
+  const int8_t* codes = q.data_ptr<int8_t>();
+  const float* sp = scales.data_ptr<float>();
+  float* o = out.data_ptr<float>();
+  constexpr int64_t ROWS = 64;
+  at::parallel_for(0, (n + ROWS - 1) / ROWS, 1, [&](int64_t begin, int64_t end) {
+    std::vector<uint16_t> tile(ROWS * TILE_K);
+    std::vector<float> product(ROWS * m);
+    for (int64_t unit = begin; unit < end; ++unit) {
+      const int64_t first = unit * ROWS, count = std::min(ROWS, n - first);
+      for (int64_t k0 = 0; k0 < k; k0 += TILE_K) {
+        const int64_t kc = std::min(TILE_K, k - k0);
+        for (int64_t r = 0; r < count; ++r) {  // |code| <= 127: its float's low 16 bits are zero, the cast exact
+          const int8_t* row = codes + (first + r) * k + k0;
+          uint16_t* dst = tile.data() + r * kc;
+          for (int64_t c = 0; c < kc; ++c) {
+            const float v = static_cast<float>(row[c]);
+            uint32_t bits;
+            std::memcpy(&bits, &v, 4);
+            dst[c] = static_cast<uint16_t>(bits >> 16);
+          }
+        }
+        at::native::cpublas::brgemm(count, m, kc, kc, m, m, k0 > 0, reinterpret_cast<const at::BFloat16*>(tile.data()),
+                                    bp + k0 * m, product.data(), vnni);
+      }
+      for (int64_t r = 0; r < count; ++r) {
+        for (int64_t i = 0; i < m; ++i) o[i * n + first + r] = product[r * m + i] * sp[first + r];
+      }
+    }
+    at::native::cpublas::brgemm_release(vnni);
+  });
+  return out;
 }
 
 // out[r, :] as float32, whatever the kernel returned
@@ -87,7 +280,10 @@ Tensor run_linear(const Linear& lin, const Tensor& x) {
   } else if (lin.kind == DENSE) {
     out = at::linear(rows, lin.a);
   } else if (lin.kind == INT8) {
-    out = at::_weight_int8pack_mm(rows, lin.a, lin.b);
+    out = lin.tiles_from > 0 && x.size(0) >= lin.tiles_from ? int8_tiles_mm(rows, lin.a, lin.b, tiles_vnni())
+                                                             : at::_weight_int8pack_mm(rows, lin.a, lin.b);
+  } else if (lin.tiles_from > 0 && x.size(0) >= lin.tiles_from && lin.group == 32) {
+    out = int4_tiles_mm(rows, lin.a, lin.b, lin.block, lin.split, tiles_vnni());
   } else {
     out = at::_weight_int4pack_mm_for_cpu(rows, lin.a, lin.group, lin.b);
   }
@@ -263,6 +459,22 @@ struct DecodeModel : torch::CustomClassHolder {
                      "a float weight multiplies rows of its own dtype: ", lin.a.scalar_type(), " weight, ", lin.input,
                      " rows");
     linears.back()[slot].parts.push_back(lin);
+  }
+
+  // Steps of at least int4_from / int8_from rows (0: none) multiply those weights as bfloat16 tiles; int4 ones are
+  // packed in blocks of `block` rows (`split`: a block's halves share bytes), as engine/model/int4pack.py found.
+  void use_tiles(int64_t int4_from, int64_t int8_from, int64_t block, bool split) {
+    TORCH_CHECK_VALUE(int4_from >= 0 && int8_from >= 0, "tiles start at a row count, or 0 for never");
+    TORCH_CHECK_VALUE(int4_from == 0 || block == 32 || block == 64, "packing blocks are 32 or 64 rows, not ", block);
+    for (auto& layer : linears) {
+      for (auto& projection : layer) {
+        for (auto& lin : projection.parts) {
+          lin.tiles_from = lin.kind == INT4 ? int4_from : lin.kind == INT8 ? int8_from : 0;
+          lin.block = block;
+          lin.split = split;
+        }
+      }
+    }
   }
 
   // Every layer has all four projections, each as wide as the model's shape says.
@@ -509,6 +721,10 @@ TORCH_LIBRARY(studio, m) {
       .def(torch::init<int64_t, int64_t, int64_t, int64_t, int64_t, double, double>())
       .def("add_layer", &DecodeModel::add_layer)
       .def("add_linear", &DecodeModel::add_linear)
+      .def("use_tiles", &DecodeModel::use_tiles)
       .def("forward", &DecodeModel::forward);
   m.def("contract() -> str", &contract);
+  m.def("tiles_vnni() -> bool", &tiles_vnni);
+  m.def("int4_tiles_mm(Tensor x, Tensor packed, Tensor sz, int block, bool split, bool vnni) -> Tensor", &int4_tiles_mm);
+  m.def("int8_tiles_mm(Tensor x, Tensor q, Tensor scale, bool vnni) -> Tensor", &int8_tiles_mm);
 }

@@ -1,0 +1,65 @@
+"""From how many rows a compiled step multiplies int4/int8 weights as bfloat16 tiles instead of torch's weight-only
+kernels: measured at load on the model's own largest weight of each kind, within a fixed budget, and remembered per
+machine and shape (engine/model/csrc/decode_step.cpp has both routes; torch's kernels cost the same per row however
+many rows share a weight, the tiles convert each weight once per step)."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import torch
+
+from engine.model import formats as formats_
+from engine.model import int4pack
+
+log = logging.getLogger(__name__)
+
+BUCKETS = (2, 4, 8, 16)  # decode rows: one chat is torch's kernel's; a step of 64 rows or more runs Python's tiles
+KERNEL, TILES = "kernel", "tiles"
+MEASURE_BUDGET_S = 0.6  # per kind: the load waits for it (later loads read the remembered choice)
+#: weights smaller than this stay on torch's kernels unmeasured: the tiles pay off only where a weight outgrows the
+#: caches (and tiny test models then choose alike on every machine)
+MIN_WEIGHTS = 1 << 20
+VERSION = 2  # of the tiles' kernels in decode_step.cpp: a choice measured on an older one is measured again
+ENV = "INFERENCE_STUDIO_TILES"  # "never" or "always" instead of the measurement (a user's override, tests)
+
+
+def tiles_from(kind: str, a: torch.Tensor, b: torch.Tensor) -> int:
+    """The fewest rows from which tiles beat torch's kernel for this weight (int4: packed, scales_and_zeros; int8: q,
+    scale) at every measured bucket up to BUCKETS' last (and beyond: the gap only grows with rows); 0 for never."""
+    forced = os.environ.get(ENV, "").strip().lower()
+    if forced in ("never", "always"):
+        return BUCKETS[0] if forced == "always" else 0
+    if forced:
+        log.warning("%s=%r is not 'never' or 'always': measured instead", ENV, forced)
+    weights = a.shape[0] * (a.shape[1] * 2 if kind == "int4" else a.shape[1])
+    if weights < MIN_WEIGHTS or (kind == "int4" and int4pack.layout() is None):
+        return 0
+    in_features = a.shape[1] * 2 if kind == "int4" else a.shape[1]
+    key = formats_.machine_key("tiles", VERSION, kind, tuple(a.shape), torch.ops.studio.tiles_vnni())
+    choice = formats_.measure(_passes(kind, a, b, in_features), buckets=BUCKETS, key=key, budget_s=MEASURE_BUDGET_S)
+    start = 0
+    lower = dict(zip(BUCKETS[1:], BUCKETS[:-1], strict=True))
+    for rows in sorted(BUCKETS, reverse=True):  # the longest run of buckets up to the last where tiles win
+        if choice.chosen[rows] != TILES:
+            break
+        start = lower.get(rows, 0) + 1  # a bucket holds the rows above the one below it, up to its own
+    log.info("%s weights %s: tiles from %s rows (%s)", kind, tuple(a.shape), start or "no", choice.describe())
+    return start
+
+
+def _passes(kind: str, a: torch.Tensor, b: torch.Tensor, in_features: int) -> dict:
+    inputs = {rows: torch.randn(rows, in_features).to(torch.bfloat16) for rows in BUCKETS}
+    vnni = torch.ops.studio.tiles_vnni()
+    if kind == "int4":
+        layout = int4pack.layout()
+        scales = b.contiguous()
+        kernel = lambda rows: torch._weight_int4pack_mm_for_cpu(inputs[rows], a, 32, scales)  # noqa: E731
+        tiles = lambda rows: torch.ops.studio.int4_tiles_mm(  # noqa: E731
+            inputs[rows], a, scales, layout.block, layout.split, vnni
+        )
+    else:
+        kernel = lambda rows: torch._weight_int8pack_mm(inputs[rows], a, b)  # noqa: E731
+        tiles = lambda rows: torch.ops.studio.int8_tiles_mm(inputs[rows], a, b, vnni)  # noqa: E731
+    return {KERNEL: kernel, TILES: tiles}

@@ -1,0 +1,128 @@
+"""int4/int8 weights multiplied for several rows at once as bfloat16 tiles (the compiled library's int4_tiles_mm and
+int8_tiles_mm): the products of the weights the kernels multiply, in both of brgemm's layouts this CPU takes, whole
+and short packing blocks; and from how many rows a load uses them (measured, forced, or never for tiny weights)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine.model import compiled_step, int4pack, tiles
+from engine.model import formats as formats_
+from engine.model.quantized import Int4Linear, Int8Linear
+
+
+@pytest.fixture(scope="module", autouse=True)
+def library() -> None:
+    if not compiled_step.ensure_loaded():
+        if compiled_step.failure_expected():
+            pytest.skip(f"no compiled step here: {compiled_step.failure_reason()}")
+        pytest.fail(f"the compiled step failed: {compiled_step.failure_reason()}")
+
+
+def _layout(vnni: bool) -> bool:
+    """brgemm's B as pairs of columns (AMX CPUs) or as rows (any CPU): both wherever this one takes both."""
+    if vnni and not torch.ops.studio.tiles_vnni():
+        pytest.skip("this CPU's brgemm takes no pairs of columns")
+    return vnni
+
+
+def _close(got: torch.Tensor, want: torch.Tensor) -> float:
+    return float((got.double() - want).abs().max() / want.abs().max())
+
+
+@pytest.mark.parametrize("vnni", [False, True])
+@pytest.mark.parametrize("rows", [1, 5, 16])
+def test_int4_tiles_multiply_the_kernels_weights_rounded_to_bfloat16(vnni, rows) -> None:
+    """208 weight rows: three whole packing blocks of 64 and a short one of 16 (torch packs those as row pairs);
+    K = 640: a tile of 512 columns and a shorter one."""
+    vnni = _layout(vnni)
+    layout = int4pack.layout()
+    if layout is None:
+        pytest.skip("this torch's int4 packing layout is unknown here")
+    generator = torch.Generator().manual_seed(3)
+    linear = Int4Linear(torch.randn(208, 640, generator=generator) * 0.05, None)
+    x = torch.randn(rows, 640, generator=generator).to(torch.bfloat16)
+    scales = linear.scales_and_zeros.contiguous()
+    got = torch.ops.studio.int4_tiles_mm(x, linear.packed, scales, layout.block, layout.split, vnni)
+    weights = linear.dequantize().to(torch.bfloat16).double()  # the tiles' weights: the kernel's, in bfloat16
+    assert got.shape == (rows, linear.packed.shape[0]) and got.dtype == torch.float32
+    assert _close(got[:, :208], x.double() @ weights.t()) < 1e-5  # float32 sums in another order
+    kernel = torch._weight_int4pack_mm_for_cpu(x, linear.packed, 32, scales).double()
+    assert _close(got, kernel) < 1e-2  # as close to the kernel as its own bfloat16 output is
+
+
+@pytest.mark.parametrize("vnni", [False, True])
+@pytest.mark.parametrize("rows", [1, 7, 16])
+def test_int8_tiles_multiply_the_codes_exactly_and_scale_the_product(vnni, rows) -> None:
+    vnni = _layout(vnni)
+    generator = torch.Generator().manual_seed(4)
+    linear = Int8Linear(torch.randn(150, 1100, generator=generator) * 0.05, None)  # a short 64-row tile, 3 K tiles
+    x = torch.randn(rows, 1100, generator=generator).to(torch.bfloat16)
+    got = torch.ops.studio.int8_tiles_mm(x, linear.q, linear.scale, vnni)
+    assert got.shape == (rows, 150) and got.dtype == torch.float32
+    assert _close(got, x.double() @ linear.dequantize().double().t()) < 1e-5
+
+
+def test_tiles_refuse_a_wrong_weight_with_one_line() -> None:
+    x = torch.randn(2, 64).to(torch.bfloat16)
+    with pytest.raises((ValueError, RuntimeError), match="int8 weight"):
+        torch.ops.studio.int8_tiles_mm(x, torch.zeros(4, 32, dtype=torch.int8), torch.ones(4), False)
+    with pytest.raises((ValueError, RuntimeError), match="packing blocks"):
+        packed, scales = torch.zeros(16, 32, dtype=torch.uint8), torch.zeros(2, 16, 2)
+        torch.ops.studio.int4_tiles_mm(x, packed, scales, 48, True, False)
+
+
+def test_a_quantized_module_takes_the_tiles_from_its_measured_row_count() -> None:
+    """The LM head is no compiled-step layer: a stored int8/int4 head takes the tiles from the rows its format was
+    measured for, and gives what the kernel gives."""
+    generator = torch.Generator().manual_seed(5)
+    head = Int8Linear(torch.randn(300, 256, generator=generator) * 0.05, None)
+    x = torch.randn(6, 256, generator=generator)
+    kernel = head(x)
+    head.tiles_from = 4
+    assert _close(head(x), kernel.double()) < 1e-2
+    assert torch.equal(head(x[:2]), kernel[:2])  # fewer rows: the kernel
+
+
+def test_tiny_weights_and_the_users_override_choose_without_measuring(monkeypatch) -> None:
+    def no_measuring(*args, **kwargs):
+        raise AssertionError("measured")
+
+    monkeypatch.setattr(formats_, "measure", no_measuring)
+    small = Int8Linear(torch.randn(64, 64), None)
+    monkeypatch.delenv(tiles.ENV, raising=False)
+    assert tiles.tiles_from("int8", small.q, small.scale) == 0
+    monkeypatch.setenv(tiles.ENV, "always")
+    assert tiles.tiles_from("int8", small.q, small.scale) == tiles.BUCKETS[0]
+    monkeypatch.setenv(tiles.ENV, "never")
+    assert tiles.tiles_from("int8", small.q, small.scale) == 0
+
+
+@pytest.mark.parametrize(
+    ("chosen", "start"),
+    [
+        ({2: "kernel", 4: "kernel", 8: "tiles", 16: "tiles"}, 5),
+        ({2: "kernel", 4: "kernel", 8: "kernel", 16: "tiles"}, 9),
+        ({2: "tiles", 4: "tiles", 8: "tiles", 16: "tiles"}, 1),
+        ({2: "kernel", 4: "tiles", 8: "kernel", 16: "tiles"}, 9),  # a noisy win below a loss does not count
+        ({2: "kernel", 4: "kernel", 8: "tiles", 16: "kernel"}, 0),
+    ],
+)
+def test_the_measured_start_is_the_first_row_of_the_run_of_wins_up_to_the_largest_bucket(
+    monkeypatch, chosen, start
+) -> None:
+    measured = []
+
+    def measure(passes, buckets, key, budget_s):
+        measured.append((sorted(passes), tuple(buckets), budget_s))
+        for run in passes.values():  # both routes run on the weight itself
+            run(buckets[0])
+        return formats_.FormatChoice(chosen)
+
+    monkeypatch.setattr(formats_, "measure", measure)
+    monkeypatch.delenv(tiles.ENV, raising=False)
+    monkeypatch.setattr(tiles, "MIN_WEIGHTS", 0)
+    weight = Int8Linear(torch.randn(64, 128), None)
+    assert tiles.tiles_from("int8", weight.q, weight.scale) == start
+    assert measured == [(["kernel", "tiles"], tiles.BUCKETS, tiles.MEASURE_BUDGET_S)]
