@@ -44,7 +44,7 @@ def tiles_from(kind: str, a: torch.Tensor, b: torch.Tensor) -> int:
     for rows in sorted(BUCKETS, reverse=True):  # the longest run of buckets up to the last where tiles win
         if choice.chosen[rows] != TILES:
             break
-        start = lower.get(rows, 0) + 1  # a bucket holds the rows above the one below it, up to its own
+        start = lower.get(rows, rows - 1) + 1  # a bucket holds the rows above the one below it (the first: its own)
     log.info("%s weights %s: tiles from %s rows (%s)", kind, tuple(a.shape), start or "no", choice.describe())
     return start
 
