@@ -93,7 +93,7 @@ class Int8Linear(nn.Module):
         if rows.shape[0] >= UNPACK_FROM_ROWS and rows.device.type == "cpu":
             out = self._by_tiles(rows)
         elif 0 < self.tiles_from <= rows.shape[0]:
-            out = torch.ops.studio.int8_tiles_mm(rows, self.q, self.scale, torch.ops.studio.tiles_vnni())
+            out = int8_tiles_mm(rows, self.q, self.scale)
         else:
             out = torch._weight_int8pack_mm(rows, self.q, self.scale).float()
         if self.bias is not None:
@@ -194,7 +194,7 @@ class Int4Linear(nn.Module):
         codes = self.codes(rows)
         if codes is None:  # unknown packing: multiply unit vectors through the kernel (bfloat16-rounded result)
             eye = torch.eye(self.in_features, dtype=torch.bfloat16)
-            full = torch._weight_int4pack_mm_for_cpu(eye, self.packed, INT4_GROUP, self.scales_and_zeros)
+            full = int4_kernel_mm(eye, self.packed, self.scales_and_zeros)
             return full.float().t()[rows]
         parts = self.scales_and_zeros[:, rows].float()  # [groups, R, 2]
         scale, zero = parts[..., 0].t(), parts[..., 1].t()
@@ -207,14 +207,12 @@ class Int4Linear(nn.Module):
         # model's own modules strided views of theirs (engine/model/stored.py)
         scales = self.scales_and_zeros.contiguous()
         unpack = int4_unpacker() if rows.shape[0] >= UNPACK_FROM_ROWS and rows.device.type == "cpu" else None
-        layout = int4pack.layout()
         if unpack is not None:
             out = self._by_tiles(rows, scales, unpack).float()
-        elif 0 < self.tiles_from <= rows.shape[0] and layout is not None:
-            vnni = torch.ops.studio.tiles_vnni()
-            out = torch.ops.studio.int4_tiles_mm(rows, self.packed, scales, layout.block, layout.split, vnni)
+        elif 0 < self.tiles_from <= rows.shape[0]:  # set only where the packing layout is known (tiles.py)
+            out = int4_tiles_mm(rows, self.packed, scales)
         else:
-            out = torch._weight_int4pack_mm_for_cpu(rows, self.packed, INT4_GROUP, scales).float()
+            out = int4_kernel_mm(rows, self.packed, scales).float()
         if out.shape[-1] != self.out_features:
             out = out[:, : self.out_features]
         if self.bias is not None:
@@ -258,6 +256,29 @@ def int4_unpacker():
 
 def _unpack(op, block: int, split: bool, packed: torch.Tensor, scales: torch.Tensor, first: int, rows: int):
     return op(packed, scales, block, split, first, rows)
+
+
+def int4_kernel_mm(rows: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    """bfloat16 rows @ an int4 packing (contiguous scales_and_zeros) by torch's weight-only kernel: bfloat16 out."""
+    return torch._weight_int4pack_mm_for_cpu(rows, packed, INT4_GROUP, scales)
+
+
+def int4_tiles_mm(rows: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    """The same product through the compiled step's bfloat16 tiles (engine/model/csrc/decode_step.cpp; its library
+    loaded, this torch's packing layout known): float32 [rows, padded out features]."""
+    layout = int4pack.layout()
+    return torch.ops.studio.int4_tiles_mm(rows, packed, scales, layout.block, layout.split, _tiles_vnni())
+
+
+def int8_tiles_mm(rows: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """bfloat16 rows @ (q * scale)^T through the compiled step's bfloat16 tiles: float32."""
+    return torch.ops.studio.int8_tiles_mm(rows, q, scale, _tiles_vnni())
+
+
+@functools.cache
+def _tiles_vnni() -> bool:
+    """brgemm here takes pairs of bfloat16 columns (AMX): the tiles are laid out so."""
+    return bool(torch.ops.studio.tiles_vnni())
 
 
 def _hold_int8(module: Int8Linear, q: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None) -> None:

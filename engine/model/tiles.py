@@ -11,7 +11,7 @@ import os
 import torch
 
 from engine.model import formats as formats_
-from engine.model import int4pack
+from engine.model import int4pack, quantized
 
 log = logging.getLogger(__name__)
 
@@ -33,10 +33,9 @@ def tiles_from(kind: str, a: torch.Tensor, b: torch.Tensor) -> int:
         return BUCKETS[0] if forced == "always" else 0
     if forced:
         log.warning("%s=%r is not 'never' or 'always': measured instead", ENV, forced)
-    weights = a.shape[0] * (a.shape[1] * 2 if kind == "int4" else a.shape[1])
-    if weights < MIN_WEIGHTS or (kind == "int4" and int4pack.layout() is None):
+    in_features = a.shape[1] * 2 if kind == "int4" else a.shape[1]  # int4: two codes a byte
+    if a.shape[0] * in_features < MIN_WEIGHTS or (kind == "int4" and int4pack.layout() is None):
         return 0
-    in_features = a.shape[1] * 2 if kind == "int4" else a.shape[1]
     key = formats_.machine_key("tiles", VERSION, kind, tuple(a.shape), torch.ops.studio.tiles_vnni())
     choice = formats_.measure(_passes(kind, a, b, in_features), buckets=BUCKETS, key=key, budget_s=MEASURE_BUDGET_S)
     start = 0
@@ -50,16 +49,15 @@ def tiles_from(kind: str, a: torch.Tensor, b: torch.Tensor) -> int:
 
 
 def _passes(kind: str, a: torch.Tensor, b: torch.Tensor, in_features: int) -> dict:
+    """Both routes on this weight, as the model's steps call them."""
     inputs = {rows: torch.randn(rows, in_features).to(torch.bfloat16) for rows in BUCKETS}
-    vnni = torch.ops.studio.tiles_vnni()
     if kind == "int4":
-        layout = int4pack.layout()
         scales = b.contiguous()
-        kernel = lambda rows: torch._weight_int4pack_mm_for_cpu(inputs[rows], a, 32, scales)  # noqa: E731
-        tiles = lambda rows: torch.ops.studio.int4_tiles_mm(  # noqa: E731
-            inputs[rows], a, scales, layout.block, layout.split, vnni
-        )
-    else:
-        kernel = lambda rows: torch._weight_int8pack_mm(inputs[rows], a, b)  # noqa: E731
-        tiles = lambda rows: torch.ops.studio.int8_tiles_mm(inputs[rows], a, b, vnni)  # noqa: E731
-    return {KERNEL: kernel, TILES: tiles}
+        return {
+            KERNEL: lambda rows: quantized.int4_kernel_mm(inputs[rows], a, scales),
+            TILES: lambda rows: quantized.int4_tiles_mm(inputs[rows], a, scales),
+        }
+    return {
+        KERNEL: lambda rows: torch._weight_int8pack_mm(inputs[rows], a, b),
+        TILES: lambda rows: quantized.int8_tiles_mm(inputs[rows], a, b),
+    }

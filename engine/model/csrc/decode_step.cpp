@@ -183,7 +183,10 @@ void unpack_int4_unit(const uint8_t* src, int64_t count, bool pairs, const c10::
   }
 }
 
-bool tiles_vnni() { return at::native::cpublas::could_pack(at::kBFloat16); }
+bool tiles_vnni() {  // asked on every tiled product: the CPU's answer, once
+  static const bool vnni = at::native::cpublas::could_pack(at::kBFloat16);
+  return vnni;
+}
 
 // x [M, K] bfloat16 @ the int4 weight (torch's packing: blocks of `block` rows, halves sharing bytes when `split`)
 // -> float32 [M, padded rows]
