@@ -286,6 +286,12 @@ class CompiledStep:
         )  # fmt: skip
 
     @property
+    def tiles_everywhere(self) -> bool:
+        """Every int4/int8 weight here multiplies as tiles from some row count (at most tiles.BUCKETS' last): a
+        prompt's many rows run here too (brgemm's tiles: 1.3-3x faster at 64-256 rows than Python's oneDNN tiles)."""
+        return all(self.tiles_from.values())
+
+    @property
     def tiles_note(self) -> str | None:
         """ "int4 tiles from 4 rows, int8 from 8", or None where every step keeps torch's kernels."""
         used = [f"{kind} from {rows} rows" for kind, rows in sorted(self.tiles_from.items()) if rows]

@@ -324,9 +324,10 @@ class FastForward:
         cos, sin = self.rotary(hidden.unsqueeze(0), positions.unsqueeze(0))
         self.last_format = self.choice.format_for(n)
         step = self.compiled.get(self.last_format) if tables is not None else None
-        if step is not None and n >= quantized.UNPACK_FROM_ROWS and self._holds_quantized(self.last_format):
-            # a prompt's rows: the Python layers multiply int4/int8 weights as unpacked bfloat16 tiles (4-6x faster at
-            # 640 rows than the kernels the compiled step calls, which cost as much per row at any batch size)
+        long_step = n >= quantized.UNPACK_FROM_ROWS and self._holds_quantized(self.last_format)
+        if step is not None and long_step and not step.tiles_everywhere:
+            # a prompt's rows where the compiled step keeps torch's int4/int8 kernels for some weights (they cost as
+            # much per row at any batch size): the Python layers multiply them as unpacked bfloat16 tiles instead
             step = None
         self.last_compiled = False
         if step is not None and ctx.cache.storage.dtype in compiled_step.KV_DTYPES:

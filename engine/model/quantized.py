@@ -84,16 +84,16 @@ class Int8Linear(nn.Module):
         q, scale = (self.q, self.scale) if rows is None else (self.q[rows], self.scale[rows])
         return q.float() * scale.float()[:, None]
 
-    #: steps of at least this many rows (and fewer than UNPACK_FROM_ROWS) multiply through the compiled step's
-    #: bfloat16 tiles, where its load measured them faster than torch's kernel (engine/model/tiles.py); 0: never
+    #: steps of at least this many rows multiply through the compiled step's bfloat16 tiles, where its load
+    #: measured them faster than torch's kernel (engine/model/tiles.py; faster than _by_tiles too); 0: never
     tiles_from = 0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features).to(torch.bfloat16)
-        if rows.shape[0] >= UNPACK_FROM_ROWS and rows.device.type == "cpu":
-            out = self._by_tiles(rows)
-        elif 0 < self.tiles_from <= rows.shape[0]:
+        if 0 < self.tiles_from <= rows.shape[0]:
             out = int8_tiles_mm(rows, self.q, self.scale)
+        elif rows.shape[0] >= UNPACK_FROM_ROWS and rows.device.type == "cpu":
+            out = self._by_tiles(rows)
         else:
             out = torch._weight_int8pack_mm(rows, self.q, self.scale).float()
         if self.bias is not None:
@@ -207,10 +207,10 @@ class Int4Linear(nn.Module):
         # model's own modules strided views of theirs (engine/model/stored.py)
         scales = self.scales_and_zeros.contiguous()
         unpack = int4_unpacker() if rows.shape[0] >= UNPACK_FROM_ROWS and rows.device.type == "cpu" else None
-        if unpack is not None:
-            out = self._by_tiles(rows, scales, unpack).float()
-        elif 0 < self.tiles_from <= rows.shape[0]:  # set only where the packing layout is known (tiles.py)
+        if 0 < self.tiles_from <= rows.shape[0]:  # set only where the packing layout is known (tiles.py)
             out = int4_tiles_mm(rows, self.packed, scales)
+        elif unpack is not None:
+            out = self._by_tiles(rows, scales, unpack).float()
         else:
             out = int4_kernel_mm(rows, self.packed, scales).float()
         if out.shape[-1] != self.out_features:

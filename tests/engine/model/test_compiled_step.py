@@ -505,13 +505,18 @@ def test_a_broken_build_fails_the_suite_and_only_a_missing_compiler_skips(tmp_pa
 
 
 @needs_library
+@pytest.mark.parametrize("rows", [12, 76])
 @pytest.mark.parametrize("plan", ["int4", "int8", "Q4_K_M-like mix"])
-def test_decode_rows_on_quantized_weights_give_the_kernels_results_through_bfloat16_tiles(folders, plan) -> None:
+def test_steps_on_quantized_weights_give_the_kernels_results_through_bfloat16_tiles(folders, plan, rows) -> None:
     """Steps of several rows may multiply int4/int8 weights as bfloat16 tiles (torch's brgemm) instead of torch's
     weight-only kernels, from a row count measured at load: forced on here (tiny weights never measure them), the
-    compiled step gives the logits and the cache it gives with the kernels, whichever this CPU would pick."""
-    from engine.model import int4pack
+    compiled step gives the logits and the cache it gives without them, whichever this CPU would pick: with torch's
+    kernels for a dozen rows, with the Python layers' oneDNN tiles for a prompt of 76 (which the compiled step
+    takes itself once every quantized weight has tiles)."""
+    from engine.model import int4pack, quantized
     from tests.helpers import hold_as_stored
+
+    assert 12 < quantized.UNPACK_FROM_ROWS <= 76  # the two sides of the Python layers' threshold
 
     if plan != "int8" and int4pack.layout() is None:
         pytest.skip("this torch's int4 packing layout is unknown here")
@@ -520,10 +525,10 @@ def test_decode_rows_on_quantized_weights_give_the_kernels_results_through_bfloa
     step = fast.compiled[fast.stored_format]
     assert step.tiles_from == {kind: 0 for kind in step.tiles_from}  # tiny weights: torch's kernels, unmeasured
     layout = int4pack.layout()
-    rows = 12  # one chunk of a dozen rows: the compiled step's (prompts of 64 rows or more run Python's tiles)
     ids = torch.randint(0, model.config.vocab_size, (rows + 1,), generator=torch.Generator().manual_seed(7)).tolist()
     runs, caches = [], []
     for start in (1, 0):  # tiles from one row, then never
+        step.tiles_from = dict.fromkeys(step.tiles_from, start)
         step.model.use_tiles(start, start, layout.block if layout else 32, bool(layout and layout.split))
         request = Request("r", ids, SamplingParams())
         request.page_table = list(range(rows // PAGE + 1))
@@ -532,7 +537,7 @@ def test_decode_rows_on_quantized_weights_give_the_kernels_results_through_bfloa
             chunks = [ScheduledChunk(request, rows, 0, samples=True)]
             batch = pack(plan_step(chunks, cache.page_size)[0], cache, tables=True)
             runs.append(fast(batch.context, batch.input_ids, batch.positions, batch.keep, tables=batch.tables))
-            assert fast.last_compiled
+            assert fast.last_compiled == (start == 1 or rows < quantized.UNPACK_FROM_ROWS)
         caches.append(cache.storage.float())
     tiles, kernel = runs
     assert not torch.equal(tiles, kernel)  # the tiles ran: their sums are float32, the kernels' bfloat16
