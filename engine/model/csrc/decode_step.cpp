@@ -109,6 +109,58 @@ inline uint16_t bf16_bits(float v) {  // round to nearest even, as c10::BFloat16
 // don't-care lanes by design); for these functions' intrinsics only
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// A full split block of 64 rows into brgemm's pairs of columns ([kc / 2][64][2]), for CPUs with bfloat16
+// conversion. Byte j of a column holds rows j (low nibble) and j + 32 (high). The two columns' codes are interleaved as
+// bytes before they are widened, so each vector of 16 floats already holds 8 rows' pairs and rounding two of them to
+// bfloat16 leaves 16 rows in brgemm's order: no permutation per store, and code - 8 taken on 32 bytes at once (about
+// a third fewer vector operations than unpack_int4_unit's general path; the values are the same, bit for bit).
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512BF16__)
+#define STUDIO_INT4_PAIRS64 1
+void unpack_int4_pairs64(const uint8_t* src, const c10::BFloat16* sz, int64_t padded, int64_t row0, int64_t k0,
+                         int64_t kc, uint16_t* out) {
+  const __m256i nibble = _mm256_set1_epi8(0x0F), eight = _mm256_set1_epi8(8);
+  const __m512i duplicate = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+  const __m512i high_half = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+  // the byte unpacks work within 128-bit lanes: vector v of a column pair holds rows BASE[v]..BASE[v] + 7
+  constexpr int BASE[8] = {0, 16, 8, 24, 32, 48, 40, 56};
+  alignas(64) int8_t bytes[4][32];
+  for (int64_t g = k0 / 32; g < (k0 + kc) / 32; ++g) {
+    __m512 scale[8], zero[8];
+    for (int v = 0; v < 8; ++v) {  // rows BASE[v]..+7: each row's [scale, zero] twice, as two float vectors
+      const auto* words = reinterpret_cast<const __m256i*>(sz + (g * padded + row0 + BASE[v]) * 2);
+      const __m512i both = _mm512_permutexvar_epi32(duplicate, _mm512_castsi256_si512(_mm256_loadu_si256(words)));
+      scale[v] = _mm512_castsi512_ps(_mm512_slli_epi32(both, 16));
+      zero[v] = _mm512_castsi512_ps(_mm512_and_si512(both, high_half));
+    }
+    for (int64_t k = g * 32; k < g * 32 + 32; k += 2) {
+      const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + k * 32));
+      const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + (k + 1) * 32));
+      // code - 8 as signed bytes, rows 0..31 (low nibbles) and 32..63 (high), the two columns interleaved
+      const __m256i a_low = _mm256_sub_epi8(_mm256_and_si256(a, nibble), eight);
+      const __m256i b_low = _mm256_sub_epi8(_mm256_and_si256(b, nibble), eight);
+      const __m256i a_high = _mm256_sub_epi8(_mm256_and_si256(_mm256_srli_epi16(a, 4), nibble), eight);
+      const __m256i b_high = _mm256_sub_epi8(_mm256_and_si256(_mm256_srli_epi16(b, 4), nibble), eight);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(bytes[0]), _mm256_unpacklo_epi8(a_low, b_low));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(bytes[1]), _mm256_unpackhi_epi8(a_low, b_low));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(bytes[2]), _mm256_unpacklo_epi8(a_high, b_high));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(bytes[3]), _mm256_unpackhi_epi8(a_high, b_high));
+      uint16_t* dst = out + (k - k0) * 64;
+      for (int h = 0; h < 2; ++h) {  // rows 0..31, then 32..63
+        __m512 f[4];  // rows +0..7, +16..23, +8..15, +24..31
+        for (int p = 0; p < 4; ++p) {
+          const int v = 4 * h + p;
+          const auto* part = reinterpret_cast<const __m128i*>(bytes[2 * h + p / 2] + 16 * (p % 2));
+          // (code - 8) * scale is exact in float32, so the fused multiply-add rounds once, as mul-then-add does
+          f[p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_load_si128(part))), scale[v], zero[v]);
+        }
+        _mm512_storeu_si512(dst + 2 * (32 * h), reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(f[2], f[0])));
+        _mm512_storeu_si512(dst + 2 * (32 * h + 16), reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(f[3], f[1])));
+      }
+    }
+  }
+}
+#endif
+
 // Columns [k0, k0 + kc) of the `count` rows of one packing unit starting at row `row0` (bytes from `src`), as brgemm's
 // B: pairs of columns per row ([kc / 2][count][2]) when `vnni`, else rows of columns ([kc][count]).
 void unpack_int4_unit(const uint8_t* src, int64_t count, bool pairs, const c10::BFloat16* sz, int64_t padded,
@@ -215,7 +267,15 @@ Tensor int4_tiles_mm(const Tensor& x, const Tensor& packed, const Tensor& sz, in
       const bool pairs = !(split && count == block && first < full);
       for (int64_t k0 = 0; k0 < k; k0 += TILE_K) {
         const int64_t kc = std::min(TILE_K, k - k0);
+#if defined(STUDIO_INT4_PAIRS64)
+        if (vnni && count == 64 && !pairs) {
+          unpack_int4_pairs64(weights + first * (k / 2), scales, padded, first, k0, kc, tile.data());
+        } else {
+          unpack_int4_unit(weights + first * (k / 2), count, pairs, scales, padded, first, k0, kc, tile.data(), vnni);
+        }
+#else
         unpack_int4_unit(weights + first * (k / 2), count, pairs, scales, padded, first, k0, kc, tile.data(), vnni);
+#endif
         at::native::cpublas::brgemm(m, count, kc, k, count, padded, k0 > 0, a + k0,
                                     reinterpret_cast<const at::BFloat16*>(tile.data()), o + first, vnni);
       }
