@@ -5,7 +5,6 @@ from __future__ import annotations
 import threading
 
 from app.bench.window import QUESTIONS, wait_events, wait_events_until
-from app.window.dashboard_setup import install_studio_dashboard
 from app.window.main_window import MainWindow
 from app.window.self_test import isolate_user_data
 from app.window.settings import StudioSettings
@@ -24,7 +23,7 @@ class StudioBench:
         isolate_user_data()  # a throwaway home: the bench's chats and settings never mix with the user's
         self.window = MainWindow(StudioSettings())
         self.window.confirm = lambda title, question: True
-        self.dashboard = install_studio_dashboard(self.window)
+        self.dashboard = self.window.add_dashboard()
         self.window.resize(1900, 1150)
         self.window.show()
         self.window.actions.dashboard.trigger()  # View > Dashboard

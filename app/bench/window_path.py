@@ -20,7 +20,6 @@ from PySide6.QtWidgets import QApplication
 from app.bench.window import wait_events, wait_events_until
 from app.chat.store import ChatStore
 from app.hosting.backends import LOCAL
-from app.window.dashboard_setup import install_studio_dashboard
 from app.window.main_window import MainWindow
 from app.window.self_test import isolate_user_data
 from app.window.settings import StudioSettings
@@ -111,7 +110,7 @@ def run_window(loaded, workload: Workload, config: EngineConfig, name: str = "en
 
 def _drive(app, window: MainWindow, loaded, workload: Workload, config: EngineConfig, name: str) -> SystemResult:
     window.confirm = lambda title, question: True
-    install_studio_dashboard(window)
+    window.add_dashboard()  # the dashboard in its dock, as the studio opens it
     window.resize(*WINDOW_SIZE)
     window.show()
     engine = Engine(loaded, config)

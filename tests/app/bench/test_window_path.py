@@ -1,0 +1,44 @@
+"""`bench --via window`: the real main window streams every request of a workload in its own tab, and the result
+counts each token the window showed (the tiny random model: the same tokens as the engine thread's run)."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.bench.window_path import run_window
+from engine.bench.engine_run import run_engine
+from engine.bench.workloads import BenchRequest, Workload, conversation
+from engine.core.config import EngineConfig
+from engine.core.prompts import encode_prompt
+from engine.load.loader import load_model
+
+TOKENS = 12
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_model_dir):
+    return load_model(str(tiny_model_dir))
+
+
+def _workload(loaded, count: int) -> Workload:
+    requests = []
+    for index in range(count):
+        messages = conversation(f"Question number {index}: what is {index} plus {index}?")
+        prompt = encode_prompt(loaded.tokenizer, messages=messages)
+        requests.append(BenchRequest(prompt, TOKENS, messages=messages))
+    return Workload("tabs", "a few chats, one tab each", requests)
+
+
+def test_the_window_streams_every_request_in_its_own_tab_and_counts_the_tokens_it_showed(qapp, studio_home, tiny):
+    config = EngineConfig(kv_pages=64, page_size=4)
+    workload = _workload(tiny, 3)
+    result = run_window(tiny, workload, config)
+    assert result.failed is None
+    assert [len(t.token_times) for t in result.timings] == [TOKENS] * 3
+    assert all(len(tokens) == TOKENS for tokens in result.outputs)
+    assert result.extra["via"] == "window"
+    assert 0.0 <= result.extra["ui_thread_busy"] <= 1.0
+    assert result.extra["keystrokes"] >= 0
+    # greedy and exact-length, as the engine thread runs them: the window's tabs got the same tokens
+    thread = run_engine(tiny, workload, config)
+    assert result.outputs == thread.outputs
