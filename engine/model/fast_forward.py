@@ -134,7 +134,7 @@ class FastForward:
         self._quantized_formats: dict[str, bool] = {}  # formats whose linears run as unpacked tiles on many rows
         self.compiled_note = "off (not asked for)"
         if compiled:
-            self._build_compiled()
+            self._build_compiled(progress)
 
     def _read_shapes(self, model: nn.Module) -> None:
         """The model's sizes, its embedding, rotary and final norm, and each layer's norms and window."""
@@ -194,8 +194,8 @@ class FastForward:
             self.kinds.append(f"weight formats by batch: {self.choice.describe()}")
         self.kinds.extend(self.copy_notes)
 
-    def _build_compiled(self) -> None:
-        self.compiled, reason = compiled_step.build_steps(self, self.linears)
+    def _build_compiled(self, progress: Callable[[str], None] | None = None) -> None:
+        self.compiled, reason = compiled_step.build_steps(self, self.linears, progress)
         if self.compiled:
             formats_on = ", ".join(sorted(self.compiled))
             self.compiled_note = f"on for {formats_on}" + (f" (not for {reason})" if reason else "")

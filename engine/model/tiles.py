@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 
 import torch
 
@@ -25,9 +26,10 @@ VERSION = 3  # of the tiles' kernels in decode_step.cpp: a choice measured on an
 ENV = "INFERENCE_STUDIO_TILES"  # "never" or "always" instead of the measurement (a user's override, tests)
 
 
-def tiles_from(kind: str, a: torch.Tensor, b: torch.Tensor) -> int:
+def tiles_from(kind: str, a: torch.Tensor, b: torch.Tensor, progress: Callable[[str], None] | None = None) -> int:
     """The fewest rows from which tiles beat torch's kernel for this weight (int4: packed, scales_and_zeros; int8: q,
-    scale) at every measured bucket up to BUCKETS' last (and beyond: the gap only grows with rows); 0 for never."""
+    scale) at every measured bucket up to BUCKETS' last (and beyond: the gap only grows with rows); 0 for never.
+    progress: told when a measurement runs (the first load on this machine and kernel; later ones remember it)."""
     forced = os.environ.get(ENV, "").strip().lower()
     if forced in ("never", "always"):
         return BUCKETS[0] if forced == "always" else 0
@@ -37,6 +39,8 @@ def tiles_from(kind: str, a: torch.Tensor, b: torch.Tensor) -> int:
     if a.shape[0] * in_features < MIN_WEIGHTS or (kind == "int4" and int4pack.layout() is None):
         return 0
     key = formats_.machine_key("tiles", VERSION, kind, tuple(a.shape), torch.ops.studio.tiles_vnni())
+    if progress is not None and formats_.remembered(key, (KERNEL, TILES), BUCKETS) is None:
+        progress(f"measuring {kind} products: torch's kernel against bfloat16 tiles (once on this machine)")
     choice = formats_.measure(_passes(kind, a, b, in_features), buckets=BUCKETS, key=key, budget_s=MEASURE_BUDGET_S)
     start = 0
     lower = dict(zip(BUCKETS[1:], BUCKETS[:-1], strict=True))

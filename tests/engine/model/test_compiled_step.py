@@ -289,7 +289,7 @@ def test_a_format_whose_step_fails_to_build_runs_in_python(models, monkeypatch) 
     fast = fast_forward.FastForward(models["llama"], pack=True, compiled=False)
 
     class Step:
-        def __init__(self, fast, linears) -> None:
+        def __init__(self, fast, linears, progress=None) -> None:
             if linears == "int8 linears":
                 raise TypeError("add_linear(): incompatible function arguments")
 

@@ -126,3 +126,15 @@ def test_the_measured_start_is_the_first_row_of_the_run_of_wins_up_to_the_larges
     weight = Int8Linear(torch.randn(64, 128), None)
     assert tiles.tiles_from("int8", weight.q, weight.scale) == start
     assert measured == [(["kernel", "tiles"], tiles.BUCKETS, tiles.MEASURE_BUDGET_S)]
+
+
+def test_the_status_bar_hears_of_a_measurement_only_when_one_runs(monkeypatch) -> None:
+    monkeypatch.delenv(tiles.ENV, raising=False)
+    monkeypatch.setattr(tiles, "MIN_WEIGHTS", 0)
+    monkeypatch.setattr(tiles, "MEASURE_BUDGET_S", 0.05)
+    weight = Int8Linear(torch.randn(80, 96), None)  # a shape no other test measures: nothing remembered yet
+    told: list[str] = []
+    first = tiles.tiles_from("int8", weight.q, weight.scale, told.append)
+    assert len(told) == 1 and told[0].startswith("measuring int8 products")
+    assert tiles.tiles_from("int8", weight.q, weight.scale, told.append) == first  # remembered: nothing to say
+    assert len(told) == 1
