@@ -265,7 +265,10 @@ def _linear_specs(module: nn.Module) -> list[tuple]:
 class CompiledStep:
     """One weight format's layers in the C++ step: forward(hidden, cos, sin, storage, chunks, pages) -> hidden."""
 
-    def __init__(self, fast, linears, progress: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self, fast, linears, progress: Callable[[str], None] | None = None, tiles_from: dict[str, int] | None = None
+    ) -> None:
+        """tiles_from: the row counts measured for the whole model's step (a part of it takes them, unmeasured)."""
         self.model = torch.classes.studio.DecodeModel(
             fast.heads, fast.kv_heads, fast.head_dim, fast.hidden, fast.intermediate, float(fast.eps), fast.scale
         )
@@ -278,7 +281,11 @@ class CompiledStep:
                     if kind in (INT4, INT8) and (kind not in largest or a.numel() > largest[kind][0].numel()):
                         largest[kind] = (a, b)
         #: rows from which int4 / int8 weights are multiplied as bfloat16 tiles (0: never)
-        self.tiles_from = {kind: tiles.tiles_from(kind, *weight, progress) for kind, weight in largest.items()}
+        self.tiles_from = (
+            {kind: tiles_from.get(kind, 0) for kind in largest}
+            if tiles_from is not None
+            else {kind: tiles.tiles_from(kind, *weight, progress) for kind, weight in largest.items()}
+        )
         layout = int4pack.layout()
         self.model.use_tiles(
             self.tiles_from.get(INT4, 0), self.tiles_from.get(INT8, 0), layout.block if layout else 0,
@@ -302,10 +309,11 @@ class CompiledStep:
 
 
 def build_steps(
-    fast, linear_sets: dict, progress: Callable[[str], None] | None = None
+    fast, linear_sets: dict, progress: Callable[[str], None] | None = None, like: dict | None = None
 ) -> tuple[dict[str, CompiledStep], str | None]:
     """The compiled step for each weight format that has one, and why there is none where there isn't. progress: told
-    what is measured while they are built (the status bar)."""
+    what is measured while they are built (the status bar). like: steps already built for the whole model, whose
+    measured tiles these take (a part of the model for the fast path's check runs the same routes, unmeasured)."""
     if fast.device.type != "cpu" or fast.dtype != torch.float32:
         return {}, "float32 activations on a CPU only"
     if not ensure_loaded():
@@ -314,7 +322,8 @@ def build_steps(
     reasons = []
     for fmt, linears in linear_sets.items():
         try:
-            steps[fmt] = CompiledStep(fast, linears, progress)
+            measured = like[fmt].tiles_from if like is not None and fmt in like else None
+            steps[fmt] = CompiledStep(fast, linears, progress, measured)
         except Exception as exc:  # whatever a format's weights make the C++ refuse: that format runs in Python
             reasons.append(f"{fmt}: {first_line(exc)}")
     return steps, "; ".join(reasons) or None

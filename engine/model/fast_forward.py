@@ -392,7 +392,8 @@ class FastForward:
         part.linears = {fmt: LinearSet(linears.layers[:count]) for fmt, linears in self.linears.items()}
         part.compiled = {}
         if self.compiled:
-            part.compiled, _reason = compiled_step.build_steps(part, {f: part.linears[f] for f in self.compiled})
+            linears = {f: part.linears[f] for f in self.compiled}
+            part.compiled, _reason = compiled_step.build_steps(part, linears, like=self.compiled)
         return part
 
 

@@ -206,10 +206,9 @@ class Int4Linear(nn.Module):
         # the kernel reads its scales as contiguous whatever their strides: the lean forward's fused modules leave the
         # model's own modules strided views of theirs (engine/model/stored.py)
         scales = self.scales_and_zeros.contiguous()
-        unpack = int4_unpacker() if rows.shape[0] >= UNPACK_FROM_ROWS and rows.device.type == "cpu" else None
         if 0 < self.tiles_from <= rows.shape[0]:  # set only where the packing layout is known (tiles.py)
             out = int4_tiles_mm(rows, self.packed, scales)
-        elif unpack is not None:
+        elif (unpack := self._unpacker(rows)) is not None:
             out = self._by_tiles(rows, scales, unpack).float()
         else:
             out = int4_kernel_mm(rows, self.packed, scales).float()
@@ -218,6 +217,11 @@ class Int4Linear(nn.Module):
         if self.bias is not None:
             out += self.bias
         return out.reshape(*x.shape[:-1], self.out_features)
+
+    @staticmethod
+    def _unpacker(rows: torch.Tensor):
+        """The loader's unpacker for a prompt's many rows on a CPU, else None (torch's kernel)."""
+        return int4_unpacker() if rows.shape[0] >= UNPACK_FROM_ROWS and rows.device.type == "cpu" else None
 
     def _by_tiles(self, rows: torch.Tensor, scales: torch.Tensor, unpack) -> torch.Tensor:
         """rows @ W^T with W unpacked to bfloat16 a tile of UNPACK_TILE_ROWS output rows at a time (a few MiB,
@@ -267,16 +271,16 @@ def int4_tiles_mm(rows: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor
     """The same product through the compiled step's bfloat16 tiles (engine/model/csrc/decode_step.cpp; its library
     loaded, this torch's packing layout known): float32 [rows, padded out features]."""
     layout = int4pack.layout()
-    return torch.ops.studio.int4_tiles_mm(rows, packed, scales, layout.block, layout.split, _tiles_vnni())
+    return torch.ops.studio.int4_tiles_mm(rows, packed, scales, layout.block, layout.split, tiles_vnni())
 
 
 def int8_tiles_mm(rows: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """bfloat16 rows @ (q * scale)^T through the compiled step's bfloat16 tiles: float32."""
-    return torch.ops.studio.int8_tiles_mm(rows, q, scale, _tiles_vnni())
+    return torch.ops.studio.int8_tiles_mm(rows, q, scale, tiles_vnni())
 
 
 @functools.cache
-def _tiles_vnni() -> bool:
+def tiles_vnni() -> bool:
     """brgemm here takes pairs of bfloat16 columns (AMX): the tiles are laid out so."""
     return bool(torch.ops.studio.tiles_vnni())
 

@@ -38,7 +38,7 @@ def tiles_from(kind: str, a: torch.Tensor, b: torch.Tensor, progress: Callable[[
     in_features = a.shape[1] * 2 if kind == "int4" else a.shape[1]  # int4: two codes a byte
     if a.shape[0] * in_features < MIN_WEIGHTS or (kind == "int4" and int4pack.layout() is None):
         return 0
-    key = formats_.machine_key("tiles", VERSION, kind, tuple(a.shape), torch.ops.studio.tiles_vnni())
+    key = formats_.machine_key("tiles", VERSION, kind, tuple(a.shape), quantized.tiles_vnni())
     if progress is not None and formats_.remembered(key, (KERNEL, TILES), BUCKETS) is None:
         progress(f"measuring {kind} products: torch's kernel against bfloat16 tiles (once on this machine)")
     choice = formats_.measure(_passes(kind, a, b, in_features), buckets=BUCKETS, key=key, budget_s=MEASURE_BUDGET_S)

@@ -289,7 +289,7 @@ def test_a_format_whose_step_fails_to_build_runs_in_python(models, monkeypatch) 
     fast = fast_forward.FastForward(models["llama"], pack=True, compiled=False)
 
     class Step:
-        def __init__(self, fast, linears, progress=None) -> None:
+        def __init__(self, fast, linears, progress=None, tiles_from=None) -> None:
             if linears == "int8 linears":
                 raise TypeError("add_linear(): incompatible function arguments")
 
@@ -544,3 +544,28 @@ def test_steps_on_quantized_weights_give_the_kernels_results_through_bfloat16_ti
     assert float((tiles - kernel).abs().max() / kernel.abs().max()) < 2e-2
     assert torch.equal(tiles.argmax(-1), kernel.argmax(-1))
     assert float((caches[0] - caches[1]).abs().max()) < 2e-2 * float(caches[1].abs().max())
+
+
+@needs_library
+def test_the_fast_path_checks_a_part_of_the_model_with_the_tiles_measured_for_the_whole(folders, monkeypatch) -> None:
+    """The check runs the first layers' own compiled steps: they take the whole model's measured row counts (the
+    same routes as the steps that serve), and nothing is measured a second time while the model loads."""
+    from engine.model import int4pack, tiles
+    from tests.helpers import hold_as_stored
+
+    plan = "int8" if int4pack.layout() is None else "Q4_K_M-like mix"
+    measured = []
+
+    def tiles_from(kind, a, b, progress=None):
+        measured.append(kind)
+        return 5
+
+    monkeypatch.setattr(tiles, "tiles_from", tiles_from)
+    model = hold_as_stored(_model(folders["llama"]), STORED_PLANS[plan], embed="int8", head="int8")
+    fast = fast_forward.FastForward(model)
+    step = fast.compiled[fast.stored_format]
+    assert measured and set(step.tiles_from.values()) == {5}
+    count = len(measured)
+    part = fast.truncated(1)
+    assert len(measured) == count  # nothing measured again
+    assert part.compiled[fast.stored_format].tiles_from == step.tiles_from
