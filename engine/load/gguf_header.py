@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import mmap
 import struct
+from collections.abc import Container
 from dataclasses import dataclass, field
 from math import prod
 from pathlib import Path
@@ -73,15 +74,16 @@ class GGUFHeader:
         return sum(t.nbytes for t in self.tensors)
 
 
-def read_header(path: Path) -> GGUFHeader:
-    """The header of `path`; ModelFormatError (one line) for a file that is not GGUF, is damaged or truncated."""
+def read_header(path: Path, whole: Container[str] = ()) -> GGUFHeader:
+    """The header of `path`; ModelFormatError (one line) for a file that is not GGUF, is damaged or truncated.
+    whole: keys whose string arrays are kept in full however long (a tokenizer's vocabulary and merges)."""
     try:
         with path.open("rb") as handle:
             size = path.stat().st_size
             if size < 24:
                 raise ValueError("shorter than a GGUF header")
             with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
-                header = _parse(data, path, size)
+                header = _parse(data, path, size, whole)
     except ModelFormatError:
         raise
     except (ValueError, struct.error, UnicodeDecodeError, OverflowError, OSError, KeyError, MemoryError) as exc:
@@ -97,7 +99,7 @@ def read_header(path: Path) -> GGUFHeader:
     return header
 
 
-def _parse(data: mmap.mmap, path: Path, size: int) -> GGUFHeader:
+def _parse(data: mmap.mmap, path: Path, size: int, whole: Container[str] = ()) -> GGUFHeader:
     if data[:4] != MAGIC:
         raise ValueError("no GGUF magic at the start")
     version, tensor_count, kv_count = struct.unpack_from("<IQQ", data, 4)
@@ -110,7 +112,7 @@ def _parse(data: mmap.mmap, path: Path, size: int) -> GGUFHeader:
     for _ in range(kv_count):
         key, pos = _string(data, pos)
         (kind,) = struct.unpack_from("<I", data, pos)
-        value, types, pos = _value(data, pos + 4, kind)
+        value, types, pos = _value(data, pos + 4, kind, key in whole)
         header.values[key], header.types[key] = value, types
     entries = []
     for _ in range(tensor_count):
@@ -151,7 +153,7 @@ def _string(data: mmap.mmap, pos: int) -> tuple[str, int]:
     return data[pos + 8 : end].decode("utf-8"), end
 
 
-def _value(data: mmap.mmap, pos: int, kind: int) -> tuple[object, list[int], int]:
+def _value(data: mmap.mmap, pos: int, kind: int, whole: bool = False) -> tuple[object, list[int], int]:
     if kind in _SCALARS:
         fmt = "<" + _SCALARS[kind]
         return struct.unpack_from(fmt, data, pos)[0], [kind], pos + struct.calcsize(fmt)
@@ -167,7 +169,7 @@ def _value(data: mmap.mmap, pos: int, kind: int) -> tuple[object, list[int], int
         return list(struct.unpack_from(fmt, data, pos)), [kind, element], pos + struct.calcsize(fmt)
     if element != STRING:
         raise ValueError(f"metadata array of type {element}")
-    if count > SMALL_ARRAY:  # walk it: the tokenizer reads it itself
+    if count > SMALL_ARRAY and not whole:  # walk it: only a tokenizer wants it
         for _ in range(count):
             (length,) = struct.unpack_from("<Q", data, pos)
             pos += 8 + length

@@ -1,15 +1,15 @@
 """Config and tokenizer from a GGUF file's metadata, by transformers' own GGUF readers (their architecture mappings,
-tokenizer builders and chat template handling), fed from our one-pass header: transformers' config reader for
-Llama-family files still goes through the gguf package's GGUFReader (10-15 s per read of a 49k vocabulary here, and it
-runs once for the config and again for the tokenizer), so during these calls it is given a reader of the header we
-already parsed instead."""
+tokenizer builders and chat template handling), fed from our one-pass header: transformers' metadata reader walks the
+file through a numpy memmap, a slice object per string (0.4-0.5 s per read of a 150k vocabulary, and a load reads it
+three times), and its config reader for some Llama-family files goes through the gguf package's GGUFReader (10-15 s
+for a 49k vocabulary); during these calls both are given what our header parser read instead."""
 
 from __future__ import annotations
 
 import contextlib
 import threading
 import warnings
-from collections.abc import Iterator
+from collections.abc import Container, Iterator
 from pathlib import Path
 
 from engine.errors import ModelFormatError
@@ -49,31 +49,51 @@ class HeaderReader:
         self.tensors = [_Tensor(t.name) for t in header.tensors]
 
 
+def transformers_metadata(path, string_arrays: Container[str] = ()) -> tuple[dict, tuple[str, ...]]:
+    """What transformers' read_gguf_metadata returns (metadata, tensor names), from our parser: string arrays in full
+    only for the keys in string_arrays, every other one as its length (as transformers' reader leaves them)."""
+    header = read_header(Path(path), whole=string_arrays)
+    return _as_transformers_reads(header, string_arrays), tuple(t.name for t in header.tensors)
+
+
+def _as_transformers_reads(header: GGUFHeader, string_arrays: Container[str] = ()) -> dict:
+    metadata: dict = {}
+    for key, value in header.values.items():
+        types = header.types[key]
+        if types[0] == ARRAY and types[1] == STRING and key not in string_arrays and isinstance(value, list):
+            value = len(value)
+        metadata[key] = value
+    return metadata
+
+
 @contextlib.contextmanager
 def _header_reader() -> Iterator[None]:
+    """transformers' GGUF metadata readers (its own and the gguf package's) replaced by our header's, for this call."""
     import gguf
+    from transformers.integrations import gguf as integration
+    from transformers.integrations.gguf import reader
 
     with _PATCH_LOCK:
-        original = gguf.GGUFReader
+        originals = gguf.GGUFReader, reader.read_gguf_metadata, integration.read_gguf_metadata
         gguf.GGUFReader = HeaderReader
+        reader.read_gguf_metadata = integration.read_gguf_metadata = transformers_metadata
         try:
             yield
         finally:
-            gguf.GGUFReader = original
+            gguf.GGUFReader, reader.read_gguf_metadata, integration.read_gguf_metadata = originals
 
 
 def read_config(header: GGUFHeader):
     """The transformers config this file describes (tied embeddings when it has no output.weight)."""
     from transformers import AutoConfig
-    from transformers.integrations.gguf import GGUF_CONFIG_ARCHS, get_gguf_config, read_gguf_metadata
+    from transformers.integrations.gguf import GGUF_CONFIG_ARCHS, get_gguf_config
 
     path = str(header.path)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             if header.architecture in GGUF_CONFIG_ARCHS:
-                values = read_gguf_metadata(path)
-                config = get_gguf_config(*values)
+                config = get_gguf_config(_as_transformers_reads(header), tuple(t.name for t in header.tensors))
             else:
                 from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
 
