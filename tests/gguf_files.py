@@ -105,9 +105,11 @@ def write_tiny_model(
     tied: bool = True,
     seed: int = 0,
     truncate_to: int | None = None,
+    biases_first: bool = False,
 ) -> Path:
     """A tiny decoder in llama.cpp's names: kind_of(gguf tensor name) gives each matrix's type (1-D tensors are F32).
-    Qwen2 files get q/k/v biases. Rows of llama's q and k are written as llama.cpp permutes them."""
+    Qwen2 files get q/k/v biases, after their layer's weights or (biases_first) before them, as converters that
+    write tensors in name order do. Rows of llama's q and k are written as llama.cpp permutes them."""
     import gguf
 
     rng = np.random.default_rng(seed)
@@ -133,6 +135,9 @@ def write_tiny_model(
         shapes["output.weight"] = (size, hidden)
     for i in range(layers):
         p = f"blk.{i}."
+        if arch == "qwen2" and biases_first:
+            for name, rows in (("attn_q", heads), ("attn_k", kv_heads), ("attn_v", kv_heads)):
+                shapes[f"{p}{name}.bias"] = (rows * head_dim,)
         shapes.update({
             p + "attn_norm.weight": (hidden,), p + "ffn_norm.weight": (hidden,),
             p + "attn_q.weight": (heads * head_dim, hidden), p + "attn_k.weight": (kv_heads * head_dim, hidden),

@@ -1,12 +1,15 @@
 """A GGUF file into a transformers model, tensor by tensor, never the whole model in float32: the model is built on the
 meta device from the file's metadata, then each stored tensor becomes its module's weight in the format the load plan
-gives it (weight_plan.py), and the file's pages it touched are dropped from this process before the next."""
+gives it (weight_plan.py), and the file's pages it touched are dropped from this process before the next. The layers'
+matrices start converting in a background thread (Prefetch) as soon as the header is read, while the loader imports
+transformers' model code, checks memory and reads the tokenizer."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
 import mmap
+import threading
 import time
 import warnings
 from collections.abc import Callable
@@ -18,7 +21,7 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from torch import nn
 
 from engine.errors import ModelFormatError
-from engine.load import gguf_blocks, native
+from engine.load import gguf_blocks, memory, native
 from engine.load.gguf_header import GGUFHeader, TensorEntry
 from engine.load.gguf_metadata import read_config
 from engine.load.memory import release_freed_memory
@@ -42,6 +45,8 @@ Progress = Callable[[str], None]
 CHUNK_VALUES = 1 << 24  # float32 values decoded at a time (64 MB): a 150k-row LM head is never whole in float32
 PROGRESS_EVERY_S = 0.5
 TRIM_AFTER_VALUES = 1 << 20
+PREFETCH_FREE_FACTOR = 2  # converting ahead of the memory check only where twice the file's weights are free
+PREFETCH_JOIN_S = 60.0  # one tensor's conversion: well under a second on two cores, for the largest models' rows
 
 
 @dataclass
@@ -80,14 +85,15 @@ def load_gguf(
     progress: Progress | None = None,
     config=None,
     model: nn.Module | None = None,
+    prefetch: Prefetch | None = None,
 ) -> GGUFModel:
     """The file's model, filled tensor by tensor. config, model: the file's config and the model built empty from it
-    in the plan's dtype (build_empty), when the caller has them already."""
+    in the plan's dtype (build_empty), when the caller has them already; prefetch: the conversions started for it."""
     started = time.perf_counter()
     plan = plan_for(header, options)
     config = config or read_config(header)
     model = model if model is not None else build_empty(config, plan.dtype)
-    builder = _Builder(header, model, config, plan, options)
+    builder = _Builder(header, model, config, plan, options, prefetch.finish() if prefetch else {})
     builder.run(progress)
     model.eval()
     model.requires_grad_(False)
@@ -99,9 +105,104 @@ def load_gguf(
     return GGUFModel(model, plan, builder.tally, seconds)
 
 
+class Prefetch:
+    """The file's layer matrices converted in a background thread from the moment the header is read, while the
+    loader imports transformers' model code, checks memory and reads the tokenizer (Python, holding the GIL: one
+    core); the C++ conversions release the GIL and use the other. The builder takes what is done once the model is
+    built (finish) and converts the rest itself, the same way (weight_module), so the result does not depend on how
+    far this got. Only where converting ahead of the memory check is safe: on the CPU, with twice the file's weights
+    free; a model refused by the check has its conversions dropped (cancel)."""
+
+    def __init__(self, header: GGUFHeader, options: ResolvedOptions) -> None:
+        self.header, self.options, self.plan = header, options, plan_for(header, options)
+        self._threads = torch.get_num_threads()  # the caller's
+        self.done: dict[str, nn.Module] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="gguf-prefetch", daemon=True)
+
+    @classmethod
+    def start(cls, header: GGUFHeader, options: ResolvedOptions) -> Prefetch | None:
+        """Started for this file, or None where it does not pay or is not safe."""
+        if options.device != "cpu" or not native.available():
+            return None
+        if memory.free_memory_bytes("cpu") < PREFETCH_FREE_FACTOR * header.weight_bytes:
+            return None
+        prefetch = cls(header, options)
+        if prefetch.plan.mode is not Mode.AS_STORED:
+            return None
+        prefetch._thread.start()
+        return prefetch
+
+    def _wanted(self, entry: TensorEntry) -> TensorPlan | None:
+        """A layer's matrix to convert ahead: a quantized format from the file's blocks (q and k rows of some
+        architectures are reordered by the model's name map, which needs the model: those wait for the builder)."""
+        if len(entry.shape) != 2 or not entry.name.startswith("blk.") or not entry.name.endswith(".weight"):
+            return None
+        if ".attn_q." in entry.name or ".attn_k." in entry.name:
+            return None
+        plan = self.plan.tensor(entry.kind, entry.shape, Role.LINEAR, self.options.quantization)
+        return plan if plan.fmt in (INT4, INT8) else None
+
+    def _run(self) -> None:
+        # One core: the loader's Python work holds the other. OpenMP's thread count is this thread's own, but torch
+        # also keeps it as the default of threads yet to start: that is put back before the loader goes on (finish).
+        torch.set_num_threads(1)
+        try:
+            self._convert()
+        finally:
+            torch.set_num_threads(self._threads)
+
+    def _convert(self) -> None:
+        with self.header.path.open("rb") as handle:
+            data = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+        try:
+            view = np.frombuffer(data, dtype=np.uint8)
+            for entry in self.header.tensors:
+                if self._stop.is_set():
+                    break
+                plan = self._wanted(entry)
+                if plan is None:
+                    continue
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")  # a read-only mapping: torch warns, and we never write to it
+                    raw = torch.from_numpy(view[entry.offset : entry.offset + entry.nbytes])
+                module = weight_module(raw.view(entry.rows, entry.row_bytes), entry.kind, plan, self.plan.mode)
+                del raw
+                self.done[entry.name] = module
+                _drop_pages(data, entry.offset, entry.nbytes)
+            del view
+        except Exception as exc:  # the builder converts what is missing and meets any error itself
+            log.debug("converting %s ahead stopped: %s", self.header.path.name, exc)
+        finally:
+            with contextlib.suppress(BufferError):
+                data.close()
+
+    def finish(self) -> dict[str, nn.Module]:
+        """Stop after the tensor in hand; what is converted, by GGUF tensor name."""
+        self._stop.set()
+        self._thread.join(timeout=PREFETCH_JOIN_S)
+        if self._thread.is_alive():
+            log.warning("converting %s ahead did not stop within %.0f s", self.header.path.name, PREFETCH_JOIN_S)
+        return dict(self.done)
+
+    def cancel(self) -> None:
+        """Stop and let go of what was converted (the model will not be loaded)."""
+        self.finish()
+        self.done.clear()
+
+
 class _Builder:
-    def __init__(self, header: GGUFHeader, model: nn.Module, config, plan: LoadPlan, options: ResolvedOptions) -> None:
+    def __init__(
+        self,
+        header: GGUFHeader,
+        model: nn.Module,
+        config,
+        plan: LoadPlan,
+        options: ResolvedOptions,
+        prefetched: dict[str, nn.Module] | None = None,
+    ) -> None:
         self.header, self.model, self.config, self.plan, self.options = header, model, config, plan, options
+        self.prefetched = prefetched or {}  # GGUF tensor name -> its linear, converted ahead (Prefetch)
         self.device = torch.device(options.device)
         self.tally = FormatTally()
         self.head = model.get_output_embeddings()
@@ -175,7 +276,12 @@ class _Builder:
 
     def _weight_module(self, entry: TensorEntry, raw: torch.Tensor, role: Role, bias: torch.Tensor | None):
         plan = self._plan(entry, role)
-        module = weight_module(self._rows(entry, raw), entry.kind, plan, self.plan.mode, bias, self.device)
+        ahead = self.prefetched.pop(entry.name, None) if role is Role.LINEAR else None
+        if ahead is not None and self._row_order(entry) is None:
+            module = ahead
+            module.bias = None if bias is None else bias.detach().float().contiguous()  # as the constructors hold it
+        else:
+            module = weight_module(self._rows(entry, raw), entry.kind, plan, self.plan.mode, bias, self.device)
         self.tally.add(plan, plan.nbytes(entry.rows, entry.shape[-1]))
         return module
 

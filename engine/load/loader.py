@@ -178,20 +178,24 @@ def _load_gguf(
 
     assert source.path is not None
     header = read_header(source.path)
-    config = read_config_of(header)
-    empty = gguf_loader.build_empty(config, gguf_loader.plan_for(header, resolved).dtype)  # filled below if it fits
-    mem = estimate_gguf(header, resolved, model_shape(config, empty))
-    check_fits(mem, source.display_name, resolved.device, _kv_budget(mem, kv_budget_bytes))
-    if progress:
-        held = mem.dtype if mem.quantization == "none" else f"{mem.quantization} as stored"
-        progress(f"loading {source.display_name} ({held})")
-    tokenizer = read_tokenizer(header)
+    prefetch = gguf_loader.Prefetch.start(header, resolved)  # converting while transformers' model code imports
     try:
-        built = gguf_loader.load_gguf(header, resolved, progress, config, empty)
+        config = read_config_of(header)
+        empty = gguf_loader.build_empty(config, gguf_loader.plan_for(header, resolved).dtype)  # filled if it fits
+        mem = estimate_gguf(header, resolved, model_shape(config, empty))
+        check_fits(mem, source.display_name, resolved.device, _kv_budget(mem, kv_budget_bytes))
+        if progress:
+            held = mem.dtype if mem.quantization == "none" else f"{mem.quantization} as stored"
+            progress(f"loading {source.display_name} ({held})")
+        tokenizer = read_tokenizer(header)
+        built = gguf_loader.load_gguf(header, resolved, progress, config, empty, prefetch)
     except StudioError:
         raise
     except (RuntimeError, ValueError) as exc:  # torch or a decoder refusing the file's data
         raise ModelFormatError(f"cannot load {source.display_name}: {_first_line(exc)}") from None
+    finally:
+        if prefetch is not None:
+            prefetch.cancel()  # what the builder did not take (a refused model: all of it) is let go
     model = built.model
     as_stored = built.plan.mode is Mode.AS_STORED
     shape = mem.shape

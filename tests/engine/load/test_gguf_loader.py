@@ -168,3 +168,88 @@ def test_the_estimate_is_the_bytes_the_loader_allocates(llama_file: Path, as_sto
     assert estimate.weight_bytes == held
     assert estimate.weight_formats == loaded.info.weight_formats
     assert estimate.kv_bytes_per_token == loaded.info.kv_bytes_per_token
+
+
+def _held(model) -> dict[str, torch.Tensor]:
+    return {name: t for name, t in [*model.named_parameters(), *model.named_buffers()]}
+
+
+@pytest.fixture
+def ahead(monkeypatch: pytest.MonkeyPatch) -> list[gguf_loader.Prefetch]:
+    """The conversions started ahead in this test, whatever this machine's free memory."""
+    started: list[gguf_loader.Prefetch] = []
+    real = gguf_loader.Prefetch.start.__func__
+
+    def start(cls, header, options):
+        prefetch = real(cls, header, options)
+        if prefetch is not None:
+            started.append(prefetch)
+        return prefetch
+
+    monkeypatch.setattr(gguf_loader.memory, "free_memory_bytes", lambda device: 1 << 40)
+    monkeypatch.setattr(gguf_loader.Prefetch, "start", classmethod(start))
+    return started
+
+
+# qwen2: q, k and v biases, before their weights (as converters that write in name order put them) or after
+@pytest.mark.parametrize(("arch", "biases_first"), [("llama", False), ("qwen2", True), ("qwen2", False)])
+def test_converting_ahead_gives_the_model_the_builder_alone_gives(
+    tokenizer_folder: Path, tmp_path: Path, as_stored, ahead, monkeypatch: pytest.MonkeyPatch, arch, biases_first
+) -> None:
+    path = write_tiny_model(tmp_path / f"{arch}.gguf", tokenizer_folder, q4_k_m, arch=arch, hidden=256,
+                            intermediate=512, biases_first=biases_first)  # fmt: skip
+    taken: list[int] = []
+    real_finish = gguf_loader.Prefetch.finish
+
+    def finish(self):
+        self._thread.join(timeout=30)  # all of it converted ahead, so that the builder takes some
+        done = real_finish(self)
+        taken.append(len(done))
+        return done
+
+    monkeypatch.setattr(gguf_loader.Prefetch, "finish", finish)
+    with_ahead = _held(load_model(str(path)).model)
+    assert len(ahead) == 1 and taken[0] > 0
+    monkeypatch.setattr(gguf_loader.Prefetch, "start", classmethod(lambda cls, header, options: None))
+    alone = _held(load_model(str(path)).model)
+    assert set(with_ahead) == set(alone)
+    assert all(torch.equal(with_ahead[name], alone[name]) for name in alone)
+
+
+def test_a_fault_while_converting_ahead_costs_only_the_time(llama_file: Path, as_stored, ahead, monkeypatch) -> None:
+    import threading
+
+    real = gguf_loader.weight_module
+
+    def failing(*args, **kwargs):
+        if threading.current_thread().name == "gguf-prefetch":
+            raise RuntimeError("injected")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(gguf_loader, "weight_module", failing)
+    loaded = load_model(str(llama_file))
+    assert len(ahead) == 1 and not ahead[0].done
+    assert isinstance(loaded.model.model.layers[0].mlp.up_proj, Int4Linear)
+
+
+def test_a_model_refused_by_the_memory_check_lets_go_of_what_was_converted_ahead(
+    llama_file: Path, as_stored, ahead, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    from engine.load import loader
+
+    def refuse(*args, **kwargs):
+        ahead[0]._thread.join(timeout=30)  # converted all it could before the check said no
+        raise ModelTooLargeError("tiny-q4_k_m needs more than is free")
+
+    monkeypatch.setattr(loader, "check_fits", refuse)
+    threads = torch.get_num_threads()
+    with pytest.raises(ModelTooLargeError):
+        load_model(str(llama_file))
+    assert len(ahead) == 1 and not ahead[0]._thread.is_alive() and not ahead[0].done
+    seen: list[int] = []
+    later = threading.Thread(target=lambda: seen.append(torch.get_num_threads()))
+    later.start()
+    later.join(timeout=10)
+    assert torch.get_num_threads() == threads and seen == [threads]  # one thread for the conversions: not for others
