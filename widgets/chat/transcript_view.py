@@ -1,4 +1,5 @@
-"""TranscriptView: a chat's messages in a scroll area that follows the end unless the user has scrolled up."""
+"""TranscriptView: a chat's messages in a scroll area that follows the end unless the user has scrolled up; a
+transcript that is not shown (a background tab, a chat restored at start) builds its message widgets when it is."""
 
 from __future__ import annotations
 
@@ -8,9 +9,23 @@ from PySide6.QtWidgets import QFrame, QLabel, QScrollArea, QVBoxLayout, QWidget
 
 from engine.domain.chat import ASSISTANT, ChatMessage
 from widgets.chat.message_view import MessageView
+from widgets.tokens.data import TokenEntry
 
 # how close to the bottom (pixels) still counts as "at the end"
 _FOLLOW_SLACK = 24
+
+
+class _Unbuilt:
+    """A message of a transcript that is not shown, and what its view will show once built: what the view's
+    methods were told meanwhile, newest first-class (a streaming text replaces the last; tokens add up)."""
+
+    __slots__ = ("message", "status", "streaming", "tokens")
+
+    def __init__(self, message: ChatMessage) -> None:
+        self.message = message
+        self.streaming: str | None = None
+        self.status: str | None = None
+        self.tokens: list[TokenEntry] = []
 
 
 class TranscriptView(QScrollArea):
@@ -39,6 +54,9 @@ class TranscriptView(QScrollArea):
         self.setWidget(container)
         container.installEventFilter(self)
         self._views: list[MessageView] = []
+        # messages after _views that have no widgets yet: a view costs a few milliseconds to build, and sixteen
+        # chats sent at once from background tabs held the first replies back by their sum
+        self._unbuilt: list[_Unbuilt] = []
         self._markers: list[QLabel] = []  # "history dropped here" lines between messages
         self._busy = False
         self.following = True
@@ -49,50 +67,103 @@ class TranscriptView(QScrollArea):
     # ---- messages ---------------------------------------------------------------------------
     @property
     def views(self) -> list[MessageView]:
+        self._build()
         return list(self._views)
+
+    @property
+    def count(self) -> int:
+        """Messages in the transcript, built or not."""
+        return len(self._views) + len(self._unbuilt)
 
     def set_messages(self, messages: list[ChatMessage]) -> None:
         self.truncate(0)
         for message in messages:
             self.append_message(message)
 
-    def append_message(self, message: ChatMessage) -> MessageView:
+    def append_message(self, message: ChatMessage) -> None:
+        if self._unbuilt or not self.isVisible():
+            self._unbuilt.append(_Unbuilt(message))
+            self._placeholder.setVisible(False)
+            return
+        self._add_view(message)
+        self._refresh_actions()
+
+    def _add_view(self, message: ChatMessage) -> MessageView:
         view = MessageView(message)
         view.edit_requested.connect(lambda v=view: self.edit_requested.emit(self._views.index(v)))
         view.regenerate_requested.connect(self.regenerate_requested)
         self._layout.insertWidget(self._layout.count() - 1, view)
         self._views.append(view)
         self._placeholder.setVisible(False)
-        self._refresh_actions()
         return view
 
+    def _build(self) -> None:
+        """Widgets for the messages that have none, showing what they were told meanwhile."""
+        if not self._unbuilt:
+            return
+        unbuilt, self._unbuilt = self._unbuilt, []
+        for item in unbuilt:
+            view = self._add_view(item.message)
+            if item.streaming is not None:
+                view.set_streaming_content(item.streaming)
+            if item.status is not None:
+                view.set_status(item.status)
+            view.append_tokens(item.tokens)
+        self._refresh_actions()
+
+    def _unbuilt_at(self, index: int) -> _Unbuilt | None:
+        return self._unbuilt[index - len(self._views)] if index >= len(self._views) else None
+
+    def showEvent(self, event) -> None:
+        self._build()  # before the first paint
+        super().showEvent(event)
+
     def update_message(self, index: int, message: ChatMessage) -> None:
+        item = self._unbuilt_at(index)
+        if item is not None:
+            item.message, item.streaming = message, None  # the whole message now: its view renders it once
+            return
         self._views[index].set_message(message)
         self._refresh_actions()
 
     def set_streaming_text(self, index: int, text: str) -> None:
+        item = self._unbuilt_at(index)
+        if item is not None:
+            item.streaming = text
+            return
         self._views[index].set_streaming_content(text)
 
     def append_tokens(self, index: int, entries) -> None:
         """A streaming reply's tokens with their probabilities (TokenEntry list), for its token view."""
+        item = self._unbuilt_at(index)
+        if item is not None:
+            item.tokens.extend(entries)
+            return
         self._views[index].append_tokens(entries)
 
     def set_status(self, index: int, text: str) -> None:
+        item = self._unbuilt_at(index)
+        if item is not None:
+            item.status = text
+            return
         self._views[index].set_status(text)
 
     def truncate(self, count: int) -> None:
         """Keep the first count messages."""
         self.mark_dropped([])
+        del self._unbuilt[max(0, count - len(self._views)) :]
         while len(self._views) > count:
             view = self._views.pop()
             self._layout.removeWidget(view)
             view.hide()  # deleted later: until then it would still paint where it was
             view.deleteLater()
-        self._placeholder.setVisible(not self._views)
+        self._placeholder.setVisible(not self._views and not self._unbuilt)
         self._refresh_actions()
 
     def mark_dropped(self, indices, reason: str = "") -> None:
         """Dim the messages that were left out of the model's context, with a line where each run of them begins."""
+        if indices or self._markers:
+            self._build()
         for marker in self._markers:
             self._layout.removeWidget(marker)
             marker.hide()  # deleted later: until then it would still paint where it was

@@ -30,7 +30,8 @@ def type_keys(qtbot, text: str) -> None:
 
 
 def test_typing_while_the_transcript_has_focus_goes_to_the_message_box(qtbot, panel) -> None:
-    message = panel.transcript.append_message(ChatMessage("assistant", "An earlier reply"))
+    panel.transcript.append_message(ChatMessage("assistant", "An earlier reply"))
+    message = panel.transcript.views[-1]
     panel.transcript.setFocus()
     QApplication.processEvents()
     assert panel.transcript.hasFocus()

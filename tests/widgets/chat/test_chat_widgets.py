@@ -88,7 +88,8 @@ def test_streaming_updates_blocks_in_place(qtbot) -> None:
     """Appending text must not rebuild earlier blocks (that is what would make the reply flicker)."""
     view = TranscriptView()
     qtbot.addWidget(view)
-    message_view = view.append_message(ChatMessage("assistant", ""))
+    view.append_message(ChatMessage("assistant", ""))
+    message_view = view.views[-1]
     view.set_streaming_text(0, "Intro text")
     intro = message_view.prose_views[0]
     view.set_streaming_text(0, "Intro text\n```py\nx = 1")
@@ -109,7 +110,8 @@ def test_a_fast_stream_is_laid_out_a_few_times_a_second(qtbot, monkeypatch) -> N
 
     view = TranscriptView()
     qtbot.addWidget(view)
-    message_view = view.append_message(ChatMessage("assistant", ""))
+    view.append_message(ChatMessage("assistant", ""))
+    message_view = view.views[-1]
     layouts: list[str] = []
     real = module.MessageView.set_content
     monkeypatch.setattr(
@@ -127,7 +129,8 @@ def test_a_fast_stream_is_laid_out_a_few_times_a_second(qtbot, monkeypatch) -> N
 def test_code_blocks_are_monospace_and_copy_to_the_clipboard(qtbot) -> None:
     view = TranscriptView()
     qtbot.addWidget(view)
-    message_view = view.append_message(ChatMessage("assistant", "Try:\n```sh\nls -la\n```"))
+    view.append_message(ChatMessage("assistant", "Try:\n```sh\nls -la\n```"))
+    message_view = view.views[-1]
     code = message_view.code_views[0]
     assert code.editor.font().fixedPitch() or code.editor.fontInfo().fixedPitch()
     code.copy_button.click()

@@ -72,7 +72,8 @@ def test_a_streaming_reply_is_just_as_safe_at_every_step(qtbot) -> None:
     transcript = TranscriptView()
     qtbot.addWidget(transcript)
     transcript.show()
-    view = transcript.append_message(ChatMessage(ASSISTANT, ""))
+    transcript.append_message(ChatMessage(ASSISTANT, ""))
+    view = transcript.views[-1]
     for end in range(1, len(HOSTILE) + 1, 7):
         view.set_content(HOSTILE[:end], streaming=True)
         _hrefs, images = anchors_and_images(view)

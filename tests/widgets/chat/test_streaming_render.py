@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QTabWidget
 
-from engine.domain.chat import ASSISTANT, ChatMessage
+from engine.domain.chat import ASSISTANT, USER, ChatMessage
 from engine.types import FinishReason
+from widgets.chat.message_view import MessageView
 from widgets.chat.prose_view import ProseView, SafeDocument
 from widgets.chat.transcript_view import TranscriptView
+from widgets.tokens.data import TokenEntry
 
 WORDS = [f"word{i}" for i in range(60)]
 
@@ -44,7 +46,8 @@ def test_the_transcript_is_laid_out_only_when_a_reply_grows_by_a_line(qtbot, mon
     qtbot.addWidget(transcript)
     transcript.resize(700, 500)
     transcript.show()
-    view = transcript.append_message(ChatMessage(ASSISTANT, ""))
+    transcript.append_message(ChatMessage(ASSISTANT, ""))
+    view = transcript.views[-1]
     qtbot.wait(50)
     fits: list[int] = []
     real = TranscriptView._fit_page
@@ -70,6 +73,8 @@ def test_heights_are_measured_once_per_width_until_the_text_changes(qtbot, monke
 
 
 def test_a_reply_in_a_background_tab_is_shown_when_its_tab_is(qtbot) -> None:
+    """A background tab builds no widgets for its messages: they are made, showing what came meanwhile (the reply
+    so far, its status, its tokens), when the tab is shown."""
     tabs = QTabWidget()
     qtbot.addWidget(tabs)
     front, back = TranscriptView(), TranscriptView()
@@ -77,18 +82,44 @@ def test_a_reply_in_a_background_tab_is_shown_when_its_tab_is(qtbot) -> None:
     tabs.addTab(back, "back")
     tabs.resize(600, 400)
     tabs.show()
-    view = back.append_message(ChatMessage(ASSISTANT, ""))
-    back.set_streaming_text(0, "Written while nobody looks")
-    assert view.text == "Written while nobody looks"  # the reply itself is current
-    assert view.prose_views == [] or view.prose_views[0].toPlainText() == ""  # nothing laid out unseen
+    back.append_message(ChatMessage(USER, "Hello"))
+    back.append_message(ChatMessage(ASSISTANT, ""))
+    back.set_status(1, "writing…")
+    back.set_streaming_text(1, "Written while")
+    back.set_streaming_text(1, "Written while nobody looks")
+    back.append_tokens(1, [TokenEntry("Written", -0.1)])
+    assert back.count == 2 and back.findChildren(MessageView) == []  # nothing built, nothing laid out unseen
     tabs.setCurrentIndex(1)
+    views = back.findChildren(MessageView)
+    assert len(views) == 2 and back.views[1] is views[1]
+    view = views[1]
+    assert view.text == "Written while nobody looks" and view.tokens == [TokenEntry("Written", -0.1)]
+    assert view._status.text() == "writing…"
     qtbot.waitUntil(lambda: bool(view.prose_views) and view.prose_views[0].toPlainText() == view.text, timeout=2000)
+    back.set_streaming_text(1, "Written while nobody looks, then seen")  # built now: straight to its view
+    assert view.text.endswith("then seen")
+
+
+def test_a_background_tabs_messages_are_built_when_asked_for(qtbot) -> None:
+    transcript = TranscriptView()
+    qtbot.addWidget(transcript)
+    transcript.append_message(ChatMessage(USER, "one"))
+    transcript.append_message(ChatMessage(ASSISTANT, "two"))
+    transcript.update_message(1, ChatMessage(ASSISTANT, "two, finished", finish_reason=FinishReason.STOP))
+    transcript.truncate(1)
+    assert transcript.count == 1 and transcript.findChildren(MessageView) == []
+    assert [view.text for view in transcript.views] == ["one"]  # asked for: built
+    transcript.append_message(ChatMessage(ASSISTANT, "three"))
+    transcript.mark_dropped([0], "the context is full")  # dimming needs the widgets: built
+    assert [view.text for view in transcript.findChildren(MessageView)] == ["one", "three"]
+    assert transcript.dropped_markers and transcript.views[0].property("dropped")
 
 
 def test_a_finished_reply_is_rendered_whole_once(qtbot) -> None:
     transcript = TranscriptView()
     qtbot.addWidget(transcript)
-    view = transcript.append_message(ChatMessage(ASSISTANT, ""))
+    transcript.append_message(ChatMessage(ASSISTANT, ""))
+    view = transcript.views[-1]
     text = "1. one\n\n2. two\n\nend"
     for end in range(1, len(text) + 1):
         view.set_content(text[:end], streaming=True)
