@@ -80,15 +80,19 @@ class ChatContext:
         """Pages the chat's running request holds; between turns, those of its last request still cached."""
         if page_map is None:
             return
-        tables = {rid: table for rid, table, _computed in page_map.tables}
-        held = tables.get(request_id) if request_id is not None else None
+        held = page_map.table_of(request_id)
         if held is not None:
             self._last_pages = held
-            self._show(replace(self.usage, pages_held=len(held), pages_cached=0))
+            self._show_pages(len(held), 0)
             return
         # still hashed and findable: a next turn starting with the same tokens reuses them (shared ones included)
         cached = sum(1 for page in self._last_pages if page in page_map.cached_pages)
-        self._show(replace(self.usage, pages_held=0, pages_cached=cached))
+        self._show_pages(0, cached)
+
+    def _show_pages(self, held: int, cached: int) -> None:
+        # sixteen tabs are told four times a second, mostly what they show already: nothing is rebuilt then
+        if (self.usage.pages_held, self.usage.pages_cached) != (held, cached) or self._held_back:
+            self._show(replace(self.usage, pages_held=held, pages_cached=cached))
 
     def forget_pages(self) -> None:
         """Another engine now: the old pool's pages mean nothing."""

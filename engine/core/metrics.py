@@ -79,6 +79,7 @@ class PageMap:
         self.tags = tags  # request id -> tag (chat name)
         self._owners: tuple[tuple[str, ...], ...] | None = None
         self._filled: tuple[int, ...] | None = None
+        self._by_request: dict[str, tuple[int, ...]] | None = None
 
     def _build(self) -> None:
         owners: list[list[str]] = [[] for _ in range(self.num_pages)]
@@ -104,6 +105,12 @@ class PageMap:
         if self._filled is None:
             self._build()
         return self._filled
+
+    def table_of(self, request_id: str | None) -> tuple[int, ...] | None:
+        """The pages a running request holds, or None (built once per map: every chat tab asks)."""
+        if self._by_request is None:
+            self._by_request = {rid: table for rid, table, _computed in self.tables}
+        return None if request_id is None else self._by_request.get(request_id)
 
     @property
     def cached(self) -> tuple[bool, ...]:
