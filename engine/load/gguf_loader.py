@@ -27,7 +27,7 @@ from engine.load.gguf_metadata import read_config
 from engine.load.memory import release_freed_memory
 from engine.load.options import ResolvedOptions
 from engine.load.weight_plan import FLOAT32, INT4, INT8, FormatTally, LoadPlan, Mode, Role, TensorPlan, plan_load
-from engine.model import int4pack
+from engine.model import int4pack, stored
 from engine.model.quantized import (
     CHUNK_ROW_MULTIPLE,
     WEIGHT_MODULES,
@@ -170,12 +170,24 @@ class Prefetch:
                 del raw
                 self.done[entry.name] = module
                 _drop_pages(data, entry.offset, entry.nbytes)
+                self._fuse_gate_and_up(entry.name)
             del view
         except Exception as exc:  # the builder converts what is missing and meets any error itself
             log.debug("converting %s ahead stopped: %s", self.header.path.name, exc)
         finally:
             with contextlib.suppress(BufferError):
                 data.close()
+
+    def _fuse_gate_and_up(self, name: str) -> None:
+        """A layer's gate and up packings joined into one buffer here, as the lean forward joins them (the two
+        modules become its halves): the copy happens off the loader's path, and the lean forward takes the buffer
+        as it lies."""
+        layer, _, kind = name.rpartition(".ffn_")
+        if kind not in ("gate.weight", "up.weight"):
+            return
+        gate, up = self.done.get(f"{layer}.ffn_gate.weight"), self.done.get(f"{layer}.ffn_up.weight")
+        if isinstance(gate, Int4Linear) and isinstance(up, Int4Linear) and gate.in_features == up.in_features:
+            stored.fuse_int4([gate, up])
 
     def finish(self) -> dict[str, nn.Module]:
         """Stop after the tensor in hand; what is converted, by GGUF tensor name."""

@@ -65,7 +65,7 @@ def _fuse(group: list[nn.Module], activations: torch.dtype, pack: bool) -> nn.Mo
     if len(group) > 1 and isinstance(first, Int8Linear):
         return _fuse_int8(group)
     if len(group) > 1 and isinstance(first, Int4Linear):
-        return _fuse_int4(group)
+        return fuse_int4(group)
     if len(group) > 1 and isinstance(first, HalfLinear):
         return _fuse_half(group)
     if weights.weight_module(first):
@@ -104,7 +104,7 @@ def _fuse_half(group: list[HalfLinear]) -> HalfLinear:
     return fused
 
 
-def _fuse_int4(group: list[Int4Linear]) -> Int4Linear | None:
+def fuse_int4(group: list[Int4Linear]) -> Int4Linear | None:
     """torch's CPU packing is by blocks of rows, so packings concatenate where every part fills whole blocks and has
     no padding rows: checked on a probe (the fused output must equal the parts' exactly) once per shape, else None.
     The originals are re-pointed at the fused tensors, so nothing is held twice (their scales become strided views:
@@ -114,8 +114,14 @@ def _fuse_int4(group: list[Int4Linear]) -> Int4Linear | None:
     fused = Int4Linear.__new__(Int4Linear)
     nn.Module.__init__(fused)
     fused.in_features, fused.out_features = group[0].in_features, sum(m.out_features for m in group)
-    fused.register_buffer("packed", torch.cat([m.packed for m in group]))
-    fused.register_buffer("scales_and_zeros", torch.cat([m.scales_and_zeros.contiguous() for m in group], dim=1))
+    # parts the loader already fused (views of one buffer, in this order) are taken as they lie: no copy
+    packed = _slices_of_one([m.packed for m in group], 0)
+    scales = _slices_of_one([m.scales_and_zeros for m in group], 1)
+    fused.register_buffer("packed", packed if packed is not None else torch.cat([m.packed for m in group]))
+    fused.register_buffer(
+        "scales_and_zeros",
+        scales if scales is not None else torch.cat([m.scales_and_zeros.contiguous() for m in group], dim=1),
+    )
     fused.register_buffer("bias", _bias(group))
     shapes = (
         int4pack.layout(),
@@ -137,6 +143,23 @@ def _fuse_int4(group: list[Int4Linear]) -> Int4Linear | None:
         module.scales_and_zeros = fused.scales_and_zeros[:, start : start + module.out_features]
         start += module.out_features
     return fused
+
+
+def _slices_of_one(parts: list[torch.Tensor], dim: int) -> torch.Tensor | None:
+    """The contiguous tensor these are consecutive slices of along `dim` (as a fusion leaves its parts), or None."""
+    first = parts[0]
+    storage, offset = first.untyped_storage().data_ptr(), first.storage_offset()
+    for part in parts:
+        same_sides = part.shape[:dim] == first.shape[:dim] and part.shape[dim + 1 :] == first.shape[dim + 1 :]
+        if part.untyped_storage().data_ptr() != storage or part.stride() != first.stride() or not same_sides:
+            return None
+        if part.storage_offset() != offset:
+            return None
+        offset += part.shape[dim] * part.stride(dim)
+    size = list(first.shape)
+    size[dim] = sum(part.shape[dim] for part in parts)
+    whole = first.as_strided(size, first.stride())
+    return whole if whole.is_contiguous() else None
 
 
 def weight_module(module: nn.Module) -> nn.Module:

@@ -128,7 +128,7 @@ def test_a_layout_fault_in_the_as_stored_fusion_turns_the_lean_forward_off(deep_
     from engine.model import stored
     from tests.helpers import hold_as_stored
 
-    real = stored._fuse_int4
+    real = stored.fuse_int4
 
     def scrambled(group):
         fused = real(group)
@@ -136,7 +136,7 @@ def test_a_layout_fault_in_the_as_stored_fusion_turns_the_lean_forward_off(deep_
             fused.packed = fused.packed.flip(0).contiguous()
         return fused
 
-    monkeypatch.setattr(stored, "_fuse_int4", scrambled)
+    monkeypatch.setattr(stored, "fuse_int4", scrambled)
     model = hold_as_stored(deep_tiny, "int4")
     assert fast_forward.build(model) is None
     assert not fast_forward.rejected_check(model).passed
