@@ -7,6 +7,7 @@ import ctypes
 import os
 import sys
 import warnings
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -204,10 +205,17 @@ def release_freed_memory() -> None:
 
 
 def free_memory_bytes(device: str) -> int:
-    """Memory available for weights and KV cache on the device (RAM for cpu and mps)."""
+    """Memory available for weights and KV cache on the device (RAM for cpu and mps): the machine's, or less where
+    this process's cgroup (a container, a systemd slice, a 16 GiB memory cgroup) allows less."""
     if device == "cuda" and torch.cuda.is_available():
         free, _total = torch.cuda.mem_get_info()
         return int(free)
+    machine = _machine_available()
+    headroom = cgroup_headroom()
+    return machine if headroom is None else max(0, min(machine, headroom))
+
+
+def _machine_available() -> int:
     try:
         with open("/proc/meminfo") as handle:
             for line in handle:
@@ -219,3 +227,39 @@ def free_memory_bytes(device: str) -> int:
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):
         return 0
+
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+PROC_CGROUP = Path("/proc/self/cgroup")
+NO_LIMIT = 1 << 62  # cgroup v1 writes "no limit" as a page-rounded 2^63 - 1
+
+
+def cgroup_headroom() -> int | None:
+    """What this process's memory cgroup and those above it still let it take (the tightest limit less what is in
+    use, page cache counted as reclaimable), or None where none limits it (no cgroup, or no memory limit)."""
+    try:
+        lines = PROC_CGROUP.read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:  # v2: "0::/path"; v1: "4:memory:/path"
+        _id, controllers, path = [*line.split(":", 2), "", ""][:3]
+        if controllers == "" and (CGROUP_ROOT / "cgroup.controllers").exists():
+            return _tightest(CGROUP_ROOT, path, "memory.max", "memory.current", "file")
+        if "memory" in controllers.split(","):
+            return _tightest(CGROUP_ROOT / "memory", path, "memory.limit_in_bytes", "memory.usage_in_bytes", "cache")
+    return None
+
+
+def _tightest(root: Path, path: str, limit_file: str, usage_file: str, cache_key: str) -> int | None:
+    folder, tightest = root / path.strip("/"), None
+    while True:
+        with contextlib.suppress(OSError, ValueError):
+            limit = (folder / limit_file).read_text().strip()
+            if limit != "max" and int(limit) < NO_LIMIT:
+                usage = int((folder / usage_file).read_text())
+                stat = dict(line.split() for line in (folder / "memory.stat").read_text().splitlines() if " " in line)
+                room = int(limit) - usage + int(stat.get(cache_key, 0))
+                tightest = room if tightest is None else min(tightest, room)
+        if folder == root or root not in folder.parents:
+            return tightest
+        folder = folder.parent
