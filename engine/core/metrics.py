@@ -108,9 +108,11 @@ class PageMap:
 
     def table_of(self, request_id: str | None) -> tuple[int, ...] | None:
         """The pages a running request holds, or None (built once per map: every chat tab asks)."""
+        if request_id is None:
+            return None
         if self._by_request is None:
             self._by_request = {rid: table for rid, table, _computed in self.tables}
-        return None if request_id is None else self._by_request.get(request_id)
+        return self._by_request.get(request_id)
 
     @property
     def cached(self) -> tuple[bool, ...]:

@@ -14,7 +14,7 @@ import functools
 import logging
 import sys
 
-import torch  # noqa: F401  (loads torch's libgomp, the one to find)
+import torch  # loads torch's libgomp, the one to find
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +54,18 @@ def release_thread_pool() -> bool:
     if not ok:
         log.debug("omp_pause_resource refused (called inside a parallel region?)")
     return ok
+
+
+def limit_this_thread(count: int) -> bool:
+    """Run this thread's parallel regions (torch's and the studio's C++ ops') on `count` threads, leaving every other
+    thread's count and torch's default for threads yet to start alone (torch.set_num_threads writes that default
+    too). False where this does nothing (no libgomp here)."""
+    lib = _libgomp()
+    if lib is None:
+        return False
+    torch.get_num_threads()  # torch's own setup of this thread first: it would set the count back to its default
+    lib.omp_set_num_threads(count)
+    return True
 
 
 def thread_max_threads() -> int | None:

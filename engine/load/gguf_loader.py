@@ -20,14 +20,15 @@ import torch
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from torch import nn
 
+from engine.core import openmp
 from engine.errors import ModelFormatError
-from engine.load import gguf_blocks, memory, native
+from engine.load import gguf_blocks, native
 from engine.load.gguf_header import GGUFHeader, TensorEntry
 from engine.load.gguf_metadata import read_config
 from engine.load.memory import release_freed_memory
 from engine.load.options import ResolvedOptions
 from engine.load.weight_plan import FLOAT32, INT4, INT8, FormatTally, LoadPlan, Mode, Role, TensorPlan, plan_load
-from engine.model import int4pack, stored
+from engine.model import fast_forward, int4pack, stored
 from engine.model.quantized import (
     CHUNK_ROW_MULTIPLE,
     WEIGHT_MODULES,
@@ -113,25 +114,26 @@ class Prefetch:
     far this got. Only where converting ahead of the memory check is safe: on the CPU, with twice the file's weights
     free; a model refused by the check has its conversions dropped (cancel)."""
 
-    def __init__(self, header: GGUFHeader, options: ResolvedOptions) -> None:
-        self.header, self.options, self.plan = header, options, plan_for(header, options)
-        self._threads = torch.get_num_threads()  # the caller's
+    def __init__(self, header: GGUFHeader, options: ResolvedOptions, plan: LoadPlan) -> None:
+        """Starts converting; see start() for where that is wanted."""
+        self.header, self.options, self.plan = header, options, plan
         self.done: dict[str, nn.Module] = {}
+        # only where the lean forward runs: transformers' forward would copy the joined halves' scales every call
+        self._lean = header.architecture in fast_forward.SUPPORTED_TYPES
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="gguf-prefetch", daemon=True)
+        self._thread.start()
 
     @classmethod
-    def start(cls, header: GGUFHeader, options: ResolvedOptions) -> Prefetch | None:
-        """Started for this file, or None where it does not pay or is not safe."""
-        if options.device != "cpu" or not native.available():
+    def start(cls, header: GGUFHeader, options: ResolvedOptions, free: int) -> Prefetch | None:
+        """Started for this file, or None where it does not pay or is not safe. free: the memory free before it (the
+        loader's memory check uses the same figure: what this converts is the model's own)."""
+        if options.device != "cpu" or free < PREFETCH_FREE_FACTOR * header.weight_bytes:
             return None
-        if memory.free_memory_bytes("cpu") < PREFETCH_FREE_FACTOR * header.weight_bytes:
+        plan = plan_for(header, options)
+        if plan.mode is not Mode.AS_STORED or not native.available():
             return None
-        prefetch = cls(header, options)
-        if prefetch.plan.mode is not Mode.AS_STORED:
-            return None
-        prefetch._thread.start()
-        return prefetch
+        return cls(header, options, plan)
 
     def _wanted(self, entry: TensorEntry) -> TensorPlan | None:
         """A layer's matrix to convert ahead: a quantized format from the file's blocks (q and k rows of some
@@ -144,13 +146,8 @@ class Prefetch:
         return plan if plan.fmt in (INT4, INT8) else None
 
     def _run(self) -> None:
-        # One core: the loader's Python work holds the other. OpenMP's thread count is this thread's own, but torch
-        # also keeps it as the default of threads yet to start: that is put back before the loader goes on (finish).
-        torch.set_num_threads(1)
-        try:
-            self._convert()
-        finally:
-            torch.set_num_threads(self._threads)
+        openmp.limit_this_thread(1)  # one core: the loader's Python work holds the other
+        self._convert()
 
     def _convert(self) -> None:
         with self.header.path.open("rb") as handle:
@@ -183,7 +180,7 @@ class Prefetch:
         modules become its halves): the copy happens off the loader's path, and the lean forward takes the buffer
         as it lies."""
         layer, _, kind = name.rpartition(".ffn_")
-        if kind not in ("gate.weight", "up.weight"):
+        if kind not in ("gate.weight", "up.weight") or not self._lean:
             return
         gate, up = self.done.get(f"{layer}.ffn_gate.weight"), self.done.get(f"{layer}.ffn_up.weight")
         if isinstance(gate, Int4Linear) and isinstance(up, Int4Linear) and gate.in_features == up.in_features:
@@ -198,8 +195,9 @@ class Prefetch:
         return dict(self.done)
 
     def cancel(self) -> None:
-        """Stop and let go of what was converted (the model will not be loaded)."""
-        self.finish()
+        """Stop and let go of what was converted (the model will not be loaded, or has taken what it used)."""
+        if self._thread.is_alive():
+            self.finish()
         self.done.clear()
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from engine.errors import ModelFormatError, StudioError, UnsupportedOptionError
-from engine.load import kv_policy
+from engine.load import kv_policy, memory
 from engine.load.estimate import MemoryEstimate
 from engine.load.gguf_header import read_header
 from engine.load.hub import download_repo
@@ -178,12 +178,13 @@ def _load_gguf(
 
     assert source.path is not None
     header = read_header(source.path)
-    prefetch = gguf_loader.Prefetch.start(header, resolved)  # converting while transformers' model code imports
+    free = memory.free_memory_bytes(resolved.device)  # before converting ahead: what that holds is the model's own
+    prefetch = gguf_loader.Prefetch.start(header, resolved, free)  # converting while transformers' code imports
     try:
         config = read_config_of(header)
         empty = gguf_loader.build_empty(config, gguf_loader.plan_for(header, resolved).dtype)  # filled if it fits
         mem = estimate_gguf(header, resolved, model_shape(config, empty))
-        check_fits(mem, source.display_name, resolved.device, _kv_budget(mem, kv_budget_bytes))
+        check_fits(mem, source.display_name, resolved.device, _kv_budget(mem, kv_budget_bytes), free)
         if progress:
             held = mem.dtype if mem.quantization == "none" else f"{mem.quantization} as stored"
             progress(f"loading {source.display_name} ({held})")

@@ -159,10 +159,10 @@ def runtime_bytes(shape: ModelShape, device: str) -> int:
     return RUNTIME_BASE + shape.vocab_size * RUNTIME_PER_VOCAB_TOKEN + activations
 
 
-def check_fits(estimate: MemoryEstimate, name: str, device: str, kv_budget_bytes: int) -> None:
-    """Refuse, before anything is allocated, a model that cannot fit in the memory free now: one line with what it
-    needs and what would fit instead (a 4-bit format, a smaller KV budget)."""
-    free = free_memory_bytes(device)
+def check_fits(estimate: MemoryEstimate, name: str, device: str, kv_budget_bytes: int, free: int | None = None) -> None:
+    """Refuse, before anything is allocated, a model that cannot fit in the memory free now (or `free`, taken before
+    the loader began): one line with what it needs and what would fit instead (a 4-bit format, a smaller KV budget)."""
+    free = free_memory_bytes(device) if free is None else free
     if not free:
         return  # unknown here: nothing to check against
     needed = estimate.total_bytes(kv_budget_bytes)
@@ -210,9 +210,12 @@ def free_memory_bytes(device: str) -> int:
     if device == "cuda" and torch.cuda.is_available():
         free, _total = torch.cuda.mem_get_info()
         return int(free)
-    machine = _machine_available()
+    machine = _machine_available()  # 0: unknown
     headroom = cgroup_headroom()
-    return machine if headroom is None else max(0, min(machine, headroom))
+    if headroom is None:
+        return machine
+    # a cgroup at its limit has 1 byte free, not 0: 0 means "unknown" to the memory check, which would then pass
+    return max(1, min(machine, headroom) if machine else headroom)
 
 
 def _machine_available() -> int:

@@ -57,6 +57,7 @@ class TranscriptView(QScrollArea):
         # messages after _views that have no widgets yet: a view costs a few milliseconds to build, and sixteen
         # chats sent at once from background tabs held the first replies back by their sum
         self._unbuilt: list[_Unbuilt] = []
+        self._dropped_later: tuple[list[int], str] | None = None  # mark_dropped's, until the views are built
         self._markers: list[QLabel] = []  # "history dropped here" lines between messages
         self._busy = False
         self.following = True
@@ -110,6 +111,10 @@ class TranscriptView(QScrollArea):
                 view.set_status(item.status)
             view.append_tokens(item.tokens)
         self._refresh_actions()
+        if self._dropped_later is not None:
+            indices, reason = self._dropped_later
+            self._dropped_later = None
+            self.mark_dropped(indices, reason)
 
     def _unbuilt_at(self, index: int) -> _Unbuilt | None:
         return self._unbuilt[index - len(self._views)] if index >= len(self._views) else None
@@ -162,8 +167,10 @@ class TranscriptView(QScrollArea):
 
     def mark_dropped(self, indices, reason: str = "") -> None:
         """Dim the messages that were left out of the model's context, with a line where each run of them begins."""
-        if indices or self._markers:
-            self._build()
+        if self._unbuilt and not self.isVisible():
+            self._dropped_later = (list(indices), reason)  # applied when the views are built: a long chat's
+            return  # history is dropped again on every send, and a background tab would build them each time
+        self._build()
         for marker in self._markers:
             self._layout.removeWidget(marker)
             marker.hide()  # deleted later: until then it would still paint where it was
@@ -190,6 +197,7 @@ class TranscriptView(QScrollArea):
 
     @property
     def dropped_markers(self) -> list[str]:
+        self._build()
         return [marker.text() for marker in self._markers]
 
     def set_busy(self, busy: bool) -> None:

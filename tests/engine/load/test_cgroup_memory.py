@@ -77,6 +77,17 @@ def test_no_limit_or_no_cgroup_leaves_the_machines_free_memory(machine: Path) ->
     assert memory.cgroup_headroom() is None and memory.free_memory_bytes("cpu") == 20 * GIB
 
 
+def test_a_cgroup_at_its_limit_has_nothing_free_not_an_unknown_amount(machine: Path) -> None:
+    """0 means "unknown" to the memory check (which then lets anything through): a full cgroup must not say 0."""
+    (machine / "proc-self-cgroup").write_text("0::/full\n")
+    _files(machine / "cgroup", {"cgroup.controllers": "memory"})
+    _files(
+        machine / "cgroup" / "full",
+        {"memory.max": str(GIB), "memory.current": str(GIB + 4096), "memory.stat": "file 0\n"},
+    )
+    assert memory.cgroup_headroom() == -4096 and memory.free_memory_bytes("cpu") == 1
+
+
 def test_a_model_larger_than_its_cgroup_allows_is_refused_in_one_line(machine: Path) -> None:
     from engine.load.loader import load_model
 

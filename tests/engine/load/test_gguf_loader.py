@@ -180,13 +180,12 @@ def ahead(monkeypatch: pytest.MonkeyPatch) -> list[gguf_loader.Prefetch]:
     started: list[gguf_loader.Prefetch] = []
     real = gguf_loader.Prefetch.start.__func__
 
-    def start(cls, header, options):
-        prefetch = real(cls, header, options)
+    def start(cls, header, options, free):
+        prefetch = real(cls, header, options, 1 << 40)
         if prefetch is not None:
             started.append(prefetch)
         return prefetch
 
-    monkeypatch.setattr(gguf_loader.memory, "free_memory_bytes", lambda device: 1 << 40)
     monkeypatch.setattr(gguf_loader.Prefetch, "start", classmethod(start))
     return started
 
@@ -208,10 +207,16 @@ def test_converting_ahead_gives_the_model_the_builder_alone_gives(
         return done
 
     monkeypatch.setattr(gguf_loader.Prefetch, "finish", finish)
-    with_ahead = _held(load_model(str(path)).model)
+    model = load_model(str(path)).model
+    with_ahead = _held(model)
     assert len(ahead) == 1 and taken[0] > 0
-    monkeypatch.setattr(gguf_loader.Prefetch, "start", classmethod(lambda cls, header, options: None))
-    alone = _held(load_model(str(path)).model)
+    mlp = model.model.layers[1].mlp  # converted ahead, gate and up joined there: the model holds those modules
+    assert mlp.gate_proj.packed.untyped_storage().data_ptr() == mlp.up_proj.packed.untyped_storage().data_ptr()
+    monkeypatch.setattr(gguf_loader.Prefetch, "start", classmethod(lambda cls, header, options, free: None))
+    alone_model = load_model(str(path)).model
+    alone = _held(alone_model)
+    mlp = alone_model.model.layers[1].mlp
+    assert mlp.gate_proj.packed.untyped_storage().data_ptr() != mlp.up_proj.packed.untyped_storage().data_ptr()
     assert set(with_ahead) == set(alone)
     assert all(torch.equal(with_ahead[name], alone[name]) for name in alone)
 

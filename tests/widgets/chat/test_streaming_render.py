@@ -110,9 +110,11 @@ def test_a_background_tabs_messages_are_built_when_asked_for(qtbot) -> None:
     assert transcript.count == 1 and transcript.findChildren(MessageView) == []
     assert [view.text for view in transcript.views] == ["one"]  # asked for: built
     transcript.append_message(ChatMessage(ASSISTANT, "three"))
-    transcript.mark_dropped([0], "the context is full")  # dimming needs the widgets: built
+    transcript.mark_dropped([0], "the context is full")  # kept for when the views are built
+    assert len(transcript.findChildren(MessageView)) == 1
+    assert transcript.dropped_markers  # asked for: built, and dimmed
     assert [view.text for view in transcript.findChildren(MessageView)] == ["one", "three"]
-    assert transcript.dropped_markers and transcript.views[0].property("dropped")
+    assert transcript.views[0].property("dropped") and not transcript.views[1].property("dropped")
 
 
 def test_a_finished_reply_is_rendered_whole_once(qtbot) -> None:
