@@ -39,15 +39,17 @@ class ChatContext:
         self._shown_at = now
         self._panel.set_context_usage(usage)
 
-    def measured(self, fit: Fit, limits: ContextLimits, reply_tokens: int = 0) -> None:
-        """Counts of a conversation as it goes (or would go) to the model."""
+    def measured(self, fit: Fit, limits: ContextLimits, reply_tokens: int = 0, reply_in_prompt: bool = False) -> None:
+        """Counts of a conversation as it goes (or would go) to the model. reply_in_prompt: the fit's messages end
+        with the reply of reply_tokens (a chat reopened or re-counted): shown as the reply, not twice."""
         system = fit.system_tokens or 0
+        earlier = reply_tokens if reply_in_prompt else 0
         self._reply_chars = 0
         self._show(
             replace(
                 self.usage,
                 system_tokens=system,
-                history_tokens=None if fit.prompt_tokens is None else max(0, fit.prompt_tokens - system),
+                history_tokens=None if fit.prompt_tokens is None else max(0, fit.prompt_tokens - system - earlier),
                 reply_tokens=reply_tokens,
                 context_tokens=limits.length,
                 limit_note=limits.note,

@@ -324,7 +324,7 @@ class ChatController(QObject):
         )
         last = self.messages[-1] if self.messages else None
         reply = last.stats.output_tokens if last is not None and last.role == ASSISTANT and last.stats else None
-        self.context.measured(fit, limits, reply or 0)
+        self.context.measured(fit, limits, reply or 0, reply_in_prompt=reply is not None)
         self.panel.transcript.mark_dropped(fit.dropped, fit.reason)
 
     def update_kv_pages(self, page_map) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from app.chat.context_fit import fit_conversation, limits_for
 from engine.domain.chat import ChatMessage, OverflowPolicy
 from tests.app.conftest import settings, wait_idle
 
@@ -38,6 +39,11 @@ def test_the_meter_counts_prompt_and_reply_against_the_context_and_the_pages_hel
     assert usage.system_tokens > 0 and usage.reply_tokens == stats.output_tokens == 400
     assert usage.used == stats.prompt_tokens + 400
     assert chat.panel.meter.text.startswith(f"Context {usage.used:,} / 2,048 tokens")
+    chat.refresh_context()  # counted again, as a reopened chat or a newly loaded model is: the reply once, not twice
+    again = chat.context.usage
+    limits = limits_for(window.registry.get(chat.backend_id))
+    sent_next = fit_conversation("You answer briefly.", chat.messages, limits, chat.settings.overflow, 400)
+    assert again.reply_tokens == 400 and again.used == sent_next.prompt_tokens  # the reply inside that prompt
     qtbot.waitUntil(lambda: (window.refresh_status(), chat.context.usage.pages_cached > 0)[1], timeout=5000)
     assert chat.context.usage.pages_held == 0
     assert "KV pages cached" in chat.panel.meter.text
