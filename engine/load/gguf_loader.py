@@ -12,7 +12,7 @@ import mmap
 import threading
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -150,30 +150,19 @@ class Prefetch:
         self._convert()
 
     def _convert(self) -> None:
-        with self.header.path.open("rb") as handle:
-            data = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
         try:
-            view = np.frombuffer(data, dtype=np.uint8)
-            for entry in self.header.tensors:
-                if self._stop.is_set():
-                    break
-                plan = self._wanted(entry)
-                if plan is None:
-                    continue
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")  # a read-only mapping: torch warns, and we never write to it
-                    raw = torch.from_numpy(view[entry.offset : entry.offset + entry.nbytes])
-                module = weight_module(raw.view(entry.rows, entry.row_bytes), entry.kind, plan, self.plan.mode)
-                del raw
-                self.done[entry.name] = module
-                _drop_pages(data, entry.offset, entry.nbytes)
-                self._fuse_gate_and_up(entry.name)
-            del view
+            with _mapped(self.header) as data:
+                for entry in self.header.tensors:
+                    if self._stop.is_set():
+                        break
+                    plan = self._wanted(entry)
+                    if plan is None:
+                        continue
+                    self.done[entry.name] = weight_module(_stored_rows(data, entry), entry.kind, plan, self.plan.mode)
+                    _drop_pages(data, entry.offset, entry.nbytes)
+                    self._fuse_gate_and_up(entry.name)
         except Exception as exc:  # the builder converts what is missing and meets any error itself
             log.debug("converting %s ahead stopped: %s", self.header.path.name, exc)
-        finally:
-            with contextlib.suppress(BufferError):
-                data.close()
 
     def _fuse_gate_and_up(self, name: str) -> None:
         """A layer's gate and up packings joined into one buffer here, as the lean forward joins them (the two
@@ -223,17 +212,11 @@ class _Builder:
 
     # ---- the pass over the file -------------------------------------------------------------------------------
     def run(self, progress: Progress | None) -> None:
-        with self.header.path.open("rb") as handle:
-            data = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
-        try:
+        with _mapped(self.header) as data:
             self._read_all(data, progress)
-        finally:
-            with contextlib.suppress(BufferError):  # a failed tensor's views still exist: the collector closes it
-                data.close()
         self._finish()
 
     def _read_all(self, data: mmap.mmap, progress: Progress | None) -> None:
-        view = np.frombuffer(data, dtype=np.uint8)
         last = 0.0
         for index, entry in enumerate(self.header.tensors):
             name = self.names.get(entry.name)
@@ -243,11 +226,7 @@ class _Builder:
             if progress and time.perf_counter() - last > PROGRESS_EVERY_S:
                 progress(f"reading {self.header.path.name}: tensor {index + 1} of {len(self.header.tensors)}")
                 last = time.perf_counter()
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # a read-only mapping: torch warns, and we never write to it
-                raw = torch.from_numpy(view[entry.offset : entry.offset + entry.nbytes])
-            self._place(name, entry, raw.view(entry.rows, entry.row_bytes))
-            del raw
+            self._place(name, entry, _stored_rows(data, entry))
             _drop_pages(data, entry.offset, entry.nbytes)
             if entry.rows * entry.shape[-1] >= TRIM_AFTER_VALUES:
                 release_freed_memory()  # the decoding's temporaries, before they pile up in the heap
@@ -458,6 +437,26 @@ def _name_map(model: nn.Module, config, header: GGUFHeader):
                 names.setdefault(f"{gguf_name}.{suffix}", hf_name)
                 break
     return names, (None if processor_class is TensorProcessor else processor)
+
+
+@contextlib.contextmanager
+def _mapped(header: GGUFHeader) -> Iterator[mmap.mmap]:
+    """The file mapped read-only, for the builder and the conversions ahead (each its own mapping)."""
+    with header.path.open("rb") as handle:
+        data = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+    try:
+        yield data
+    finally:
+        with contextlib.suppress(BufferError):  # a failed tensor's views still exist: the collector closes it
+            data.close()
+
+
+def _stored_rows(data: mmap.mmap, entry: TensorEntry) -> torch.Tensor:
+    """A tensor's bytes in the mapping, as [rows, bytes per row] (no copy)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a read-only mapping: torch warns, and we never write to it
+        raw = torch.from_numpy(np.frombuffer(data, dtype=np.uint8, count=entry.nbytes, offset=entry.offset))
+    return raw.view(entry.rows, entry.row_bytes)
 
 
 def _drop_pages(data: mmap.mmap, offset: int, length: int) -> None:

@@ -189,11 +189,12 @@ def _load_gguf(
             held = mem.dtype if mem.quantization == "none" else f"{mem.quantization} as stored"
             progress(f"loading {source.display_name} ({held})")
         tokenizer = read_tokenizer(header)
-        built = gguf_loader.load_gguf(header, resolved, progress, config, empty, prefetch)
-    except StudioError:
-        raise
-    except (RuntimeError, ValueError) as exc:  # torch or a decoder refusing the file's data
-        raise ModelFormatError(f"cannot load {source.display_name}: {_first_line(exc)}") from None
+        try:
+            built = gguf_loader.load_gguf(header, resolved, progress, config, empty, prefetch)
+        except StudioError:
+            raise
+        except (RuntimeError, ValueError) as exc:  # torch or a decoder refusing the file's data
+            raise ModelFormatError(f"cannot load {source.display_name}: {_first_line(exc)}") from None
     finally:
         if prefetch is not None:
             prefetch.cancel()  # what the builder did not take (a refused model: all of it) is let go
