@@ -95,8 +95,10 @@ class MemoryKeyring(keyring.backend.KeyringBackend):
 def reference_greedy(model, prompt_ids: list[int], max_new_tokens: int, eos: bool = True) -> list[int]:
     """transformers' own greedy generate, with attention_mask passed (see DESIGN.md: the pad token is a
     chat token here) and the model's standard attention, as the golden reference."""
+    from engine.model.llama_family import transformers_model
     from engine.model.reference import transformers_mode
 
+    model = transformers_model(model)  # a model held as stored: transformers' classes around the same modules
     with transformers_mode(model):
         ids = torch.tensor([prompt_ids])
         kwargs = {} if eos else {"eos_token_id": None, "min_new_tokens": max_new_tokens}

@@ -21,6 +21,7 @@ from engine.bench.servers import llama_cpp_available, llama_cpp_server, studio_s
 from engine.bench.workloads import DEFAULT_BASELINES, WORKLOADS, Workload, build
 from engine.core.config import DEFAULT_KV_MEMORY, EngineConfig, step_tokens_for
 from engine.core.engine import Engine
+from engine.model.llama_family import transformers_model
 from engine.remote.metrics import parse_metrics
 from engine.types import SamplingParams
 
@@ -49,8 +50,9 @@ def _warm_up(loaded) -> None:
     engine.add_request([1, 2, 3, 4], SamplingParams(max_tokens=2, ignore_eos=True))
     while engine.has_unfinished:
         engine.step()
-    with baselines.standard_attention(loaded.model):
-        baselines.generate_padded(loaded.model, 0, [[1, 2, 3, 4]], 2)
+    model = transformers_model(loaded.model)
+    with baselines.standard_attention(model):
+        baselines.generate_padded(model, 0, [[1, 2, 3, 4]], 2)
 
 
 def replies(result: SystemResult, tokenizer) -> list[str]:
@@ -162,7 +164,7 @@ def _systems(loaded, workload: Workload, chosen: list[str], config: EngineConfig
 
 def _run_baseline(name: str, run, loaded, workload: Workload) -> SystemResult:
     try:
-        return run(loaded.model, loaded.tokenizer, workload, time.perf_counter())
+        return run(transformers_model(loaded.model), loaded.tokenizer, workload, time.perf_counter())
     except Exception as exc:  # a baseline that breaks must not take the engine's numbers with it
         return SystemResult(name, 0, [], skipped=f"{type(exc).__name__}: {exc}")
 

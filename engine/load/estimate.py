@@ -22,6 +22,8 @@ class ModelShape:
     num_heads: int = 0
     vocab_size: int = 0
     tied_embeddings: bool = True
+    #: built from the engine's own modules (llama_family.py) where a GGUF file is loaded: no transformers modeling code
+    engine_modules: bool = False
 
     def kv_bytes_per_token(self, element_size: int) -> int:
         return self.num_layers * 2 * self.num_kv_heads * self.head_dim * element_size

@@ -28,7 +28,7 @@ from engine.load.gguf_metadata import read_config
 from engine.load.memory import release_freed_memory
 from engine.load.options import ResolvedOptions
 from engine.load.weight_plan import FLOAT32, INT4, INT8, FormatTally, LoadPlan, Mode, Role, TensorPlan, plan_load
-from engine.model import fast_forward, int4pack, stored
+from engine.model import fast_forward, int4pack, llama_family, stored
 from engine.model.quantized import (
     CHUNK_ROW_MULTIPLE,
     WEIGHT_MODULES,
@@ -68,7 +68,11 @@ def plan_for(header: GGUFHeader, options: ResolvedOptions) -> LoadPlan:
 
 
 def build_empty(config, dtype: torch.dtype) -> nn.Module:
-    """The model on the meta device (parameters only: buffers such as rotary frequencies are real)."""
+    """The model on the meta device (parameters only: buffers such as rotary frequencies are real). A Llama-family
+    model is built from the engine's own modules, without transformers' modeling code (llama_family.py); others are
+    transformers'."""
+    if llama_family.unsupported_reason(config) is None:
+        return llama_family.LlamaFamilyForCausalLM(config)
     from accelerate import init_empty_weights
     from transformers import AutoModelForCausalLM
 

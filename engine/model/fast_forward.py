@@ -3,8 +3,9 @@
 The transformers modeling code spends about 0.6 ms per layer in Python and module dispatch, which at
 one sequence is a third of a decode step on a CPU. This module runs the same computation (the model's own
 weights, its own rotary embedding module, the same float operations) as a flat loop of tensor calls, with
-QKV and gate/up fused and, on CPU float32, oneDNN-prepacked weights. It is checked against the
-transformers forward when it is built; any other architecture, or a mismatch, keeps the transformers path.
+QKV and gate/up fused and, on CPU float32, oneDNN-prepacked weights. It is checked when it is built against the
+transformers forward, or the dense forward of the engine's own modules (llama_family.py) for a model built from them;
+any other architecture, or a mismatch, keeps the transformers path.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from engine.load.memory import free_memory_bytes
-from engine.model import attention, compiled_step, kernels, quantized, stored, weights
+from engine.model import attention, compiled_step, kernels, llama_family, quantized, stored, weights
 from engine.model import formats as formats_
 from engine.model.attention import PagedKVCache, StepContext
 from engine.model.batch import ChunkTables, pack
@@ -423,7 +424,8 @@ KV_TOLERANCE = {torch.bfloat16: 2e-2, torch.float16: 5e-3}
 
 @dataclass(frozen=True)
 class FastPathCheck:
-    """The lean forward against transformers' own, on a seeded random sequence through a scratch page pool."""
+    """The lean forward against a reference forward (transformers' own, or the engine modules' dense one), on a
+    seeded random sequence through a scratch page pool."""
 
     passed: bool
     max_rel_error: float
@@ -486,8 +488,9 @@ def check_against_transformers(
     """Both forwards over the first `layers` layers and a seeded random sequence of 26 tokens (a fixed budget
     whatever the model's size): the lean one step by step through a scratch page pool (prefill, a chunk over cached
     pages, decodes over cached pages; through its Python layers, and again with the compiled step where there is
-    one), transformers' in one pass over the same modules. Where transformers can't run the modules as stored, the
-    compiled step is checked against the Python layers."""
+    one), the reference in one pass over the same modules (transformers' forward, or for the engine's own modules
+    their dense one). Where the reference can't run the modules as stored, the compiled step is checked against the
+    Python layers."""
     count = min(layers, len(fast.layers))
     part = fast.truncated(count)
     device = fast.device
@@ -496,11 +499,15 @@ def check_against_transformers(
     generator = torch.Generator().manual_seed(0)
     ids = torch.randint(0, model.config.vocab_size, (total,), generator=generator).tolist()
     reference = None
+    own = isinstance(model, llama_family.LlamaFamilyForCausalLM)  # its reference is its own dense forward
     try:
-        with torch.inference_mode(), transformers_mode(model), first_layers(model, count):
+        with torch.inference_mode(), contextlib.ExitStack() as stack:
+            if not own:
+                stack.enter_context(transformers_mode(model))
+            stack.enter_context(first_layers(model, count))
             reference = model(input_ids=torch.tensor([ids], device=device)).logits[0].float()
     except Exception as exc:  # modules as stored that transformers' forward can't call (dtype mismatches...)
-        log.info("fast path checked against its own Python layers: transformers' forward failed (%s)", exc)
+        log.info("fast path checked against its own Python layers: the reference forward failed (%s)", exc)
     page_size = 4
     worst = 0.0
     runs = []
@@ -538,5 +545,9 @@ def check_against_transformers(
         max_rel_error=worst,
         tolerance=tolerance,
         layers=f"{count} of {len(fast.layers)} layers",
-        against="transformers" if reference is not None else "the Python layers (transformers can't run them)",
+        against=(
+            ("the dense reference forward" if own else "transformers")
+            if reference is not None
+            else "the Python layers (the reference forward can't run them)"
+        ),
     )

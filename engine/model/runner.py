@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 
 from engine.errors import UnsupportedOptionError
-from engine.model import attention, fast_forward, patches
+from engine.model import attention, fast_forward, llama_family, patches
 from engine.model.attention import PagedKVCache
 from engine.model.batch import allowed_masks, pack
 from engine.model.step_plan import StepPlan
@@ -65,8 +65,9 @@ class ModelRunner:
         the lean forward may use besides the model's own, the fastest per batch size (model/formats.py). compiled:
         every layer of the lean forward's steps in one C++ call where it builds (model/compiled_step.py). progress: told
         what the lean forward measures and checks while it is built (the window's status bar)."""
-        prepare_model(model)
-        self.model = model
+        own_modules = isinstance(model, llama_family.LlamaFamilyForCausalLM)
+        if not own_modules:
+            prepare_model(model)
         self.cache = cache
         self.vocab_size = output_size(model)
         #: tokens that end a reply (the engine's EOS ids): banned before the LM head's leaders while min_tokens is due
@@ -76,6 +77,11 @@ class ModelRunner:
             self.fast = fast_forward.build(
                 model, formats=formats, compiled=compiled, kv_dtype=cache.storage.dtype, progress=progress
             )
+        if self.fast is None and own_modules:
+            # the lean forward is off or was rejected: transformers' forward, around the same modules
+            model = llama_family.transformers_model(model)
+            prepare_model(model)
+        self.model = model
         if self.fast is not None:
             self.kernels = list(self.fast.kinds)
             patches.restore(model)  # an earlier engine on this model may have patched its modules

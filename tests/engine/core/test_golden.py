@@ -133,6 +133,7 @@ def reference_penalized_greedy(model, prompt_ids: list[int], max_new_tokens: int
     logits processor that subtracts, per token of the reply so far, frequency x count + presence x (count > 0)."""
     from transformers import LogitsProcessor, LogitsProcessorList, RepetitionPenaltyLogitsProcessor
 
+    from engine.model.llama_family import transformers_model
     from engine.model.reference import transformers_mode
 
     class OpenAIPenalties(LogitsProcessor):
@@ -147,6 +148,7 @@ def reference_penalized_greedy(model, prompt_ids: list[int], max_new_tokens: int
     processors = [OpenAIPenalties()]
     if params.repetition_penalty != 1.0:  # vLLM's order: the repetition penalty first
         processors.insert(0, RepetitionPenaltyLogitsProcessor(params.repetition_penalty))
+    model = transformers_model(model)  # the embedded file is built from the engine's modules: transformers' around them
     with transformers_mode(model):
         ids = torch.tensor([prompt_ids])
         with torch.inference_mode():
