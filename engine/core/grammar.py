@@ -168,12 +168,9 @@ class Grammars:
 
         return llguidance.hf.from_tokenizer(self._hf_tokenizer, n_vocab=self._vocab_size, eos_token=self._eos[0])
 
-    def warm(self, wait: bool = True) -> None:
-        """Build the grammar engine's tokenizer now (it is otherwise built by the first structured request). wait:
-        off, it builds on the compiler thread, where a structured request's compile queues behind it."""
-        future = self._compiler.submit(lambda: self._tokenizer)
-        if wait:
-            future.result()
+    def warm(self) -> None:
+        """Build the grammar engine's tokenizer now (it is otherwise built by the first structured request)."""
+        self._compiler.submit(lambda: self._tokenizer).result()
 
     def matcher(self, structured: StructuredOutput) -> Matcher:
         """A fresh matcher for one request; a grammar that cannot compile, or is past the limits, raises
