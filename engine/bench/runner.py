@@ -44,12 +44,20 @@ class BenchPlan:
     paths: Mapping[str, Callable[..., SystemResult]] = field(default_factory=dict)
 
 
-def _warm_up(loaded) -> None:
-    """First calls pay for lazy initialisation (thread pools, kernels); keep that out of every system."""
+# the baselines that run transformers' own forward in this process
+TRANSFORMERS_BASELINES = ("sequential", "static", "generate-batch")
+
+
+def _warm_up(loaded, transformers_baselines: bool) -> None:
+    """First calls pay for lazy initialisation (thread pools, kernels); keep that out of every system.
+    transformers_baselines: whether transformers' forward runs too (building its classes around a model of the
+    engine's own modules imports its modeling code, which an engine-only run should not hold)."""
     engine = Engine(loaded, EngineConfig(kv_pages=8))
     engine.add_request([1, 2, 3, 4], SamplingParams(max_tokens=2, ignore_eos=True))
     while engine.has_unfinished:
         engine.step()
+    if not transformers_baselines:
+        return
     model = transformers_model(loaded.model)
     with baselines.standard_attention(model):
         baselines.generate_padded(model, 0, [[1, 2, 3, 4]], 2)
@@ -230,8 +238,9 @@ def run_benchmark(
     if config.max_step_tokens is None:  # the record shows the budget the engine really used
         config = dataclasses.replace(config, max_step_tokens=step_tokens_for(str(loaded.options.device)))
     names = workloads or WORKLOADS
+    chosen_by_workload = {n: DEFAULT_BASELINES[n] if chosen_baselines is None else chosen_baselines for n in names}
     progress("warming up")
-    _warm_up(loaded)
+    _warm_up(loaded, any(b in TRANSFORMERS_BASELINES for chosen in chosen_by_workload.values() for b in chosen))
     record = {
         "model": loaded.info.description,
         "dtype": loaded.info.dtype,
@@ -246,6 +255,7 @@ def run_benchmark(
     }
     for name in names:
         workload = build(name, loaded.tokenizer, scale)
-        chosen = DEFAULT_BASELINES[name] if chosen_baselines is None else chosen_baselines
-        record["workloads"][name] = run_workload(loaded, workload, chosen, config, progress, plan, repeat)
+        record["workloads"][name] = run_workload(
+            loaded, workload, chosen_by_workload[name], config, progress, plan, repeat
+        )
     return record

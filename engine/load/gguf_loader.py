@@ -112,11 +112,11 @@ def load_gguf(
 
 class Prefetch:
     """The file's layer matrices converted in a background thread from the moment the header is read, while the
-    loader imports transformers' model code, checks memory and reads the tokenizer (Python, holding the GIL: one
-    core); the C++ conversions release the GIL and use the other. The builder takes what is done once the model is
-    built (finish) and converts the rest itself, the same way (weight_module), so the result does not depend on how
-    far this got. Only where converting ahead of the memory check is safe: on the CPU, with twice the file's weights
-    free; a model refused by the check has its conversions dropped (cancel)."""
+    loader reads the config, checks memory and reads the tokenizer (Python, holding the GIL: one core); the C++
+    conversions release the GIL and use the other. The builder takes what is done once the model is built (finish)
+    and converts the rest itself, the same way (weight_module), so the result does not depend on how far this got.
+    Only where converting ahead of the memory check is safe: on the CPU, with twice the file's weights free; a model
+    refused by the check has its conversions dropped (cancel)."""
 
     def __init__(self, header: GGUFHeader, options: ResolvedOptions, plan: LoadPlan) -> None:
         """Starts converting; see start() for where that is wanted."""

@@ -1,7 +1,7 @@
 """The Llama-family decoder (Llama, Mistral, Qwen2) as plain torch modules under transformers' own attribute names,
 for files held as stored: importing transformers' modeling code (torch._dynamo, kernels hub, masking) is about 2 s
 of a start on 2 cores, and the lean forward runs these models without it. transformers' classes are built around
-the same modules only where its forward is needed (a rejected fast path, the bench's baselines): as_transformers."""
+the same modules only where its forward is needed (a rejected fast path, the bench's baselines): transformers_model."""
 
 from __future__ import annotations
 
@@ -50,6 +50,10 @@ def unsupported_reason(config) -> str | None:
     rope = _rope_parameters(config)
     if rope.get("rope_type", "default") not in STATIC_ROPE_TYPES:
         return f"rope type {rope.get('rope_type')!r}"
+    biased = getattr(config, "attention_bias", False) or getattr(config, "mlp_bias", False)
+    if config.model_type == "llama" and biased:
+        # biases on o_proj or down_proj: the lean forward refuses them, so transformers' forward runs them anyway
+        return "biases on output projections"
     return None
 
 

@@ -22,10 +22,9 @@ SIZES = dict(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_la
              num_key_value_heads=2, max_position_embeddings=256)  # fmt: skip
 CONFIGS = {
     "llama": ("LlamaConfig", dict(rope_parameters={"rope_type": "default", "rope_theta": 10000.0})),
-    "llama, biases, llama3 rope": (
+    "llama, llama3 rope": (
         "LlamaConfig",
         dict(
-            attention_bias=True,
             rope_parameters={
                 "rope_type": "llama3",
                 "rope_theta": 500000.0,
@@ -99,7 +98,7 @@ def test_the_dense_forward_is_transformers_forward(name: str) -> None:
 
 
 def test_transformers_classes_are_built_around_the_same_weights() -> None:
-    theirs, ours = _transformers_pair("llama, biases, llama3 rope")
+    theirs, ours = _transformers_pair("llama, llama3 rope")
     modules = len(list(ours.modules()))
     built = llama_family.transformers_model(ours)
     assert type(built).__name__ == "LlamaForCausalLM" and llama_family.transformers_model(ours) is built
@@ -113,12 +112,15 @@ def test_transformers_classes_are_built_around_the_same_weights() -> None:
     assert llama_family.transformers_model(theirs) is theirs
 
 
-def test_rope_that_rescales_with_the_sequence_stays_with_transformers() -> None:
+def test_what_the_lean_forward_cannot_run_stays_with_transformers() -> None:
     from transformers import LlamaConfig
 
     dynamic = LlamaConfig(**SIZES, rope_parameters={"rope_type": "dynamic", "rope_theta": 1e4, "factor": 2.0})
     assert "rope type 'dynamic'" in llama_family.unsupported_reason(dynamic)
     assert "architecture 'phi3'" in llama_family.unsupported_reason(type("C", (), {"model_type": "phi3"})())
+    # the lean forward refuses output-projection biases: such a model runs transformers' forward, so is its class
+    biased = LlamaConfig(**SIZES, attention_bias=True)
+    assert llama_family.unsupported_reason(biased) == "biases on output projections"
 
 
 @pytest.fixture(scope="module")
