@@ -26,6 +26,7 @@ from engine.model import formats as formats_
 from engine.model.attention import PagedKVCache, StepContext
 from engine.model.batch import ChunkTables, pack
 from engine.model.geometry import attention_geometry
+from engine.model.llama_family import rotate_half
 from engine.model.lm_head import CANDIDATES, LMHead
 from engine.model.reference import transformers_mode
 from engine.model.step_plan import ChunkPlan, SamplingRow, StepPlan
@@ -48,11 +49,6 @@ class LinearSet:
     """One weight format's linears, per layer: qkv, o_proj, gate_up, down."""
 
     layers: list[tuple[nn.Module, nn.Module, nn.Module, nn.Module]]
-
-
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
 def _sliding_window(config, attn: nn.Module) -> int | None:
@@ -369,7 +365,7 @@ class FastForward:
             qk, v = qkv(x).split((self.q_size + self.kv_size, self.kv_size), dim=-1)
             # rotary on queries and keys together: one set of elementwise calls instead of two
             qk = qk.view(n, heads + kv_heads, head_dim)
-            qk = qk * cos + _rotate_half(qk) * sin
+            qk = qk * cos + rotate_half(qk) * sin
             attended = attention.paged_attention(
                 ctx,
                 index,
@@ -501,10 +497,8 @@ def check_against_transformers(
     reference = None
     own = isinstance(model, llama_family.LlamaFamilyForCausalLM)  # its reference is its own dense forward
     try:
-        with torch.inference_mode(), contextlib.ExitStack() as stack:
-            if not own:
-                stack.enter_context(transformers_mode(model))
-            stack.enter_context(first_layers(model, count))
+        mode = contextlib.nullcontext() if own else transformers_mode(model)
+        with torch.inference_mode(), mode, first_layers(model, count):
             reference = model(input_ids=torch.tensor([ids], device=device)).logits[0].float()
     except Exception as exc:  # modules as stored that transformers' forward can't call (dtype mismatches...)
         log.info("fast path checked against its own Python layers: the reference forward failed (%s)", exc)

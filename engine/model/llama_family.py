@@ -103,7 +103,9 @@ class RotaryEmbedding(nn.Module):
         return cos.to(dtype=x.dtype), sin.to(dtype=x.dtype)
 
 
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    """The rotary's pairing of each half of a head with the other (transformers' rotate_half); the lean forward
+    uses it too."""
     half = x.shape[-1] // 2
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
@@ -136,8 +138,8 @@ class Attention(nn.Module):
         q = self.q_proj(x).view(count, self.num_heads, self.head_dim).transpose(0, 1)
         k = self.k_proj(x).view(count, self.num_kv_heads, self.head_dim).transpose(0, 1)
         v = self.v_proj(x).view(count, self.num_kv_heads, self.head_dim).transpose(0, 1)
-        q = q * cos + _rotate_half(q) * sin
-        k = k * cos + _rotate_half(k) * sin
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
         groups = self.num_heads // self.num_kv_heads
         k, v = k.repeat_interleave(groups, dim=0), v.repeat_interleave(groups, dim=0)
         query = torch.arange(count, device=x.device)[:, None]
