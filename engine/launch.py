@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from engine.core.config import EngineConfig
 from engine.core.engine import Engine
 from engine.load.loader import LoadedModel, Progress, load_model
+from engine.load.memory import heap_reused_while_loading
 from engine.load.options import LoadOptions, ResolvedOptions, resolve_options
 from engine.model import compiled_step
 
@@ -31,9 +32,10 @@ class EngineOptions:
 def start_engine(options: EngineOptions, progress: Progress | None = None, loader: Loader = load_model) -> Engine:
     """Check the options, load the model (converting or downloading as needed) and build its engine."""
     options.check()
-    loaded = loader(options.model, options.load, progress=progress)
-    if options.config.compiled_step and options.config.optimize and loaded.info.device == "cpu":
-        compiled_step.ensure_loaded(progress)  # the first start compiles it; the runner then finds it loaded
-    if progress is not None:
-        progress("allocating the KV cache")
-    return Engine(loaded, options.config, progress)
+    with heap_reused_while_loading():
+        loaded = loader(options.model, options.load, progress=progress)
+        if options.config.compiled_step and options.config.optimize and loaded.info.device == "cpu":
+            compiled_step.ensure_loaded(progress)  # the first start compiles it; the runner then finds it loaded
+        if progress is not None:
+            progress("allocating the KV cache")
+        return Engine(loaded, options.config, progress)
