@@ -40,14 +40,17 @@ GREEDY = ChatSettings(temperature=0.0, top_p=1.0, top_k=0, repetition_penalty=1.
 class ExactReplies:
     """The local engine as the chat tabs see it, except that each tab's request gets the benchmark's exact-length
     sampling (EOS banned until max tokens, as every other system of the benchmark), so all make the same tokens.
-    Everything else is the window's own path: the tab's messages, encoded by the engine."""
+    Everything else is the window's own path: the tab's messages, encoded once by the engine's tokenizer as the tab
+    counts them."""
 
     def __init__(self, thread: EngineThread, requests: dict[str, BenchRequest]) -> None:
         self._thread = thread
         self._requests = requests  # by the tab's title, which the tab sends as its tag
 
-    def submit(self, *, messages, params, tag: str, sink):
-        return self._thread.submit(messages=messages, params=exact_length(self._requests[tag]), tag=tag, sink=sink)
+    def submit(self, *, messages, params, tag: str, sink, prompt_ids=None):
+        return self._thread.submit(
+            prompt_ids, messages=messages, params=exact_length(self._requests[tag]), tag=tag, sink=sink
+        )
 
     def __getattr__(self, name: str):
         return getattr(self._thread, name)  # engine, cancel: as the engine thread has them

@@ -11,6 +11,7 @@ from engine.domain.chat import USER, ChatMessage, OverflowPolicy
 log = logging.getLogger(__name__)
 
 Counter = Callable[[list[dict]], int]
+Encoder = Callable[[list[dict]], list[int]]
 CHARS_PER_TOKEN = 4  # a rough rule for text in English, for backends whose tokenizer is not here
 REPLY_SHARE = 4  # a policy that drops history keeps room for a reply of max_tokens, at most a quarter of the context
 
@@ -28,6 +29,9 @@ class ContextLimits:
     count: Counter = approximate_count
     approximate: bool = True
     note: str = ""
+    #: the backend's own tokenizer, where it is here: the fit's prompt ids are then sent as they are, so a send
+    #: encodes the conversation once (with sixteen tabs sending at once, each encode is UI time the engine waits for)
+    encode: Encoder | None = None
 
 
 def limits_for(backend) -> ContextLimits:
@@ -37,7 +41,13 @@ def limits_for(backend) -> ContextLimits:
         length, note = engine.context_length, ""
         if engine.pool_tokens < length:
             length, note = engine.pool_tokens, f"the KV cache holds {engine.pool_tokens:,} of the model's {length:,}"
-        return ContextLimits(length, lambda messages: len(engine.encode(messages=messages)), False, note)
+        return ContextLimits(
+            length,
+            lambda messages: len(engine.encode(messages=messages)),
+            False,
+            note,
+            encode=lambda messages: engine.encode(messages=messages),
+        )
     length = getattr(backend, "context_length", None)
     request = getattr(backend, "request_context_length", None)
     if length is None and request is not None:
@@ -56,6 +66,7 @@ class Fit:
     fits: bool = True
     reason: str = ""
     newest_fits: bool = True  # the system prompt and the newest turn alone leave room (dropping history would help)
+    prompt_ids: list[int] | None = None  # the messages encoded by the backend's own tokenizer, where it is here
 
 
 def _turns(messages: Sequence[ChatMessage]) -> list[list[int]]:
@@ -85,6 +96,18 @@ def _safe_count(limits: ContextLimits, messages: list[dict]) -> int:
         return approximate_count(messages)
 
 
+def _counted(limits: ContextLimits, messages: list[dict]) -> tuple[int, list[int] | None]:
+    """The token count, and the ids where the backend's tokenizer is here."""
+    if limits.encode is None:
+        return _safe_count(limits, messages), None
+    try:
+        ids = list(limits.encode(messages))
+    except Exception:  # as _safe_count: the rough count, and the backend encodes the messages itself
+        log.debug("encoding the conversation failed; using the approximate count", exc_info=True)
+        return approximate_count(messages), None
+    return len(ids), ids
+
+
 def fit_conversation(
     system_prompt: str, messages: Sequence[ChatMessage], limits: ContextLimits, policy: OverflowPolicy, max_tokens: int
 ) -> Fit:
@@ -95,7 +118,8 @@ def fit_conversation(
     system_tokens = _safe_count(limits, _as_dicts(system_prompt, [], [])) if system_prompt.strip() else 0
     if limits.length is None:
         full = _as_dicts(system_prompt, messages, everything)
-        return Fit(full, [], _safe_count(limits, full), system_tokens)
+        tokens, ids = _counted(limits, full)
+        return Fit(full, [], tokens, system_tokens, prompt_ids=ids)
     if policy not in tuple(OverflowPolicy) or policy == OverflowPolicy.STOP:
         droppable: list[list[int]] = []
         room = 1  # the prompt must leave the reply at least one token; the reply then stops at the context's end
@@ -108,8 +132,8 @@ def fit_conversation(
         gone = {i for turn in droppable[:k] for i in turn}
         keep = [i for i in everything if i not in gone]
         sent = _as_dicts(system_prompt, messages, keep)
-        tokens = _safe_count(limits, sent)
-        return Fit(sent, sorted(gone), tokens, system_tokens, tokens + room <= limits.length)
+        tokens, ids = _counted(limits, sent)
+        return Fit(sent, sorted(gone), tokens, system_tokens, tokens + room <= limits.length, prompt_ids=ids)
 
     best = attempt(0)
     if not best.fits and turns:

@@ -236,8 +236,13 @@ class ChatController(QObject):
             self.panel.notice.show_message(message, ERROR, action)
             return
         try:
+            encoded = {} if fit.prompt_ids is None else {"prompt_ids": fit.prompt_ids}  # what the fit encoded
             handle = backend.submit(
-                messages=fit.messages, params=self.settings.to_params(), tag=self.title, sink=self._router.sink
+                messages=fit.messages,
+                params=self.settings.to_params(),
+                tag=self.title,
+                sink=self._router.sink,
+                **encoded,
             )
         except StudioError as exc:  # bad settings, a prompt that does not fit: this tab's problem only
             self._finish(FinishReason.ERROR, None, str(exc))

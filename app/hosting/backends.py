@@ -24,7 +24,9 @@ class ReplyHandle(Protocol):
 
 class ChatBackend(Protocol):
     """submit() raises StudioError subclasses for bad requests in the caller's thread; everything after that
-    arrives as TokenEvents through the request's sink (called in any thread), ending with one finished event."""
+    arrives as TokenEvents through the request's sink (called in any thread), ending with one finished event.
+    A backend whose tokenizer the chat counts with (the local engine: context_fit.limits_for) is also given the
+    messages' prompt_ids, so that it need not encode them again."""
 
     def submit(self, *, messages: Sequence[dict], params: SamplingParams, tag: str, sink: EventSink) -> ReplyHandle: ...
 

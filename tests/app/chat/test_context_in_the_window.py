@@ -103,3 +103,27 @@ def test_a_reply_that_runs_into_the_end_of_the_context_says_so(qtbot, make_windo
     stats = chat.messages[-1].stats
     assert stats.prompt_tokens + stats.output_tokens >= 2047
     assert "stopped at the end of the model's context (2,048 tokens)" in chat.panel.notice.text
+
+
+def test_a_send_encodes_the_conversation_once(qtbot, make_window, monkeypatch) -> None:
+    """The fit's prompt ids go to the engine as they are: sixteen tabs sending at once each paid two encodes of their
+    whole conversation in the UI thread, and the engine's requests arrived that much later."""
+    window = make_window()
+    chat = window.tabs.current
+    chat.set_settings(settings(max_tokens=4))
+    engine = window.registry.get(chat.backend_id).engine
+    encoded: list[list[dict]] = []
+    real_encode = engine.encode
+
+    def counting_encode(*args, messages=None, **kwargs):
+        if messages is not None and any(m["content"] == "count my tokens" for m in messages):
+            encoded.append(messages)
+        return real_encode(*args, messages=messages, **kwargs)
+
+    monkeypatch.setattr(engine, "encode", counting_encode)
+    assert chat.send("count my tokens")
+    wait_idle(qtbot, chat)
+    reply = chat.messages[-1]
+    assert reply.finish_reason != "error" and reply.content, reply.error
+    assert len(encoded) == 1
+    assert reply.stats.prompt_tokens == len(real_encode(messages=encoded[0]))
