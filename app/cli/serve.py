@@ -11,6 +11,7 @@ from app.cli.options import add_engine_options, add_model_options, engine_option
 from engine.core.engine_thread import EngineThread
 from engine.credentials import SERVICE, read_secret
 from engine.errors import ServeError
+from engine.heap import set_aside_what_is_loaded
 from engine.launch import EngineOptions, start_engine
 from engine.serve.app import create_app
 from engine.serve.cross_site import check_origins
@@ -136,6 +137,7 @@ def run(args: argparse.Namespace) -> int:
     except BaseException:
         sock.close()
         raise
+    set_aside_what_is_loaded()
     model_name = args.served_model_name or engine.loaded.info.name
     with EngineThread(engine) as worker:
         app = create_app(

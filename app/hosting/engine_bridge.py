@@ -17,6 +17,7 @@ from engine.core.engine_thread import EngineThread
 from engine.core.metrics import MetricsRecorder
 from engine.domain.model_choice import ModelChoice
 from engine.errors import StudioError
+from engine.heap import set_aside_what_is_loaded
 from engine.launch import EngineOptions, Loader, start_engine
 from engine.load.loader import ModelInfo, load_model
 
@@ -43,6 +44,7 @@ class EngineBridge(QObject):
     engine_failed = Signal(str)  # the engine thread died: started again, or down for good (the message says which)
     _loaded = Signal(object)
     _failed = Signal(str)
+    _old_engine_gone = Signal(object)
 
     def __init__(
         self,
@@ -65,6 +67,7 @@ class EngineBridge(QObject):
         self.info: ModelInfo | None = None
         self._loaded.connect(self._on_loaded)
         self._failed.connect(self._on_failed)
+        self._old_engine_gone.connect(self._on_old_engine_gone)
         self._seen_restarts = 0
         self._reported_down = False
         self._watch = QTimer(self, interval=WATCH_MS)
@@ -169,7 +172,7 @@ class EngineBridge(QObject):
         self._candidate = None
         old = self._thread
         if old is not None:
-            threading.Thread(target=old.shutdown, name="engine-shutdown", daemon=True).start()
+            threading.Thread(target=self._retire, args=(old,), name="engine-shutdown", daemon=True).start()
         thread = EngineThread(engine, name="engine")
         thread.start()
         self._thread = thread
@@ -178,6 +181,16 @@ class EngineBridge(QObject):
         self.info = engine.loaded.info
         self._registry.set(LOCAL, thread, label=self.info.name)
         self.model_changed.emit(self.info)
+        if old is None:
+            set_aside_what_is_loaded()  # else once the old engine is gone: set aside now, it would never be collected
+
+    def _retire(self, old: EngineThread) -> None:
+        old.shutdown()
+        del old
+        self._send(self._old_engine_gone, None)
+
+    def _on_old_engine_gone(self, _: object) -> None:
+        set_aside_what_is_loaded()  # here, in the GUI thread: the old engine's objects collected, the new set aside
 
     def shutdown(self, timeout: float = 10.0) -> None:
         """Stop the engine (cancelling what runs); a load still under way is abandoned."""

@@ -12,6 +12,7 @@ from engine.core.config import EngineConfig
 from engine.core.engine import Engine
 from engine.core.engine_thread import EngineThread
 from engine.core.request import Request
+from engine.heap import set_aside_what_is_loaded
 from engine.types import SamplingParams, StructuredKind, StructuredOutput, TokenEvent
 
 VIAS = ("thread", "main", "server")
@@ -32,6 +33,7 @@ def exact_length(request: BenchRequest) -> SamplingParams:
 def run_engine(loaded, workload: Workload, config: EngineConfig, name: str = "engine", via: str = "thread"):
     """via "thread": an EngineThread, as the window, `serve` and `generate` run it; "main": step() here."""
     engine = Engine(loaded, config)
+    set_aside_what_is_loaded()  # as `serve` and the window do once a model is in service
     if any(r.json_schema is not None for r in workload.requests):
         engine.grammars.warm()  # as `serve` does while it starts: not in the first request's time to first token
     if via == "main":
