@@ -34,6 +34,8 @@ from engine.serve.openapi_bodies import CHAT_BODY, COMPLETION_BODY, RESPONSES_BO
 from engine.serve.responses_api import ResponsesApi
 
 log = logging.getLogger(__name__)
+WARM_AFTER_IDLE_S = 1.0  # the engine idle this long, the grammar engine warms (see _warm_grammars_when_idle)
+IDLE_POLL_S = 0.25
 
 
 async def _json_body(request: Request, limits: ServeLimits) -> object:
@@ -105,22 +107,35 @@ def create_app(
 
 
 def _lifespan(server: ApiServer, limits: ServeLimits):
-    """The event bridge lives as long as the app's event loop; the grammar engine warms while the server starts."""
+    """The event bridge lives as long as the app's event loop; the grammar engine warms once the engine is idle."""
     worker = server.worker
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
         server.bridge = AsyncEventBridge(worker, asyncio.get_running_loop(), max_backlog=limits.stream_backlog)
-        # the grammar engine's view of the tokenizer takes ~0.3 s to build (embedded model): built while the server
-        # starts, not in the first structured request's time to first token
-        await asyncio.to_thread(worker.engine.grammars.warm)
+        warming = asyncio.create_task(_warm_grammars_when_idle(worker))
         try:
             yield
         finally:
+            warming.cancel()
             server.bridge.close()
             server.bridge = None
 
     return lifespan
+
+
+async def _warm_grammars_when_idle(worker: EngineThread) -> None:
+    """Build the grammar engine's view of the tokenizer once the engine has had no request for WARM_AFTER_IDLE_S.
+    It takes ~0.3 s (a 49k vocabulary) holding the interpreter lock: in the start it was 0.3 s of every server's
+    time to ready, and beside a reply's steps it stalls them. A structured request that comes first builds it
+    itself (as before any warming); its compile waits behind a warm under way, on the grammar engine's one worker."""
+    loop = asyncio.get_running_loop()
+    quiet_since = None
+    while quiet_since is None or loop.time() - quiet_since < WARM_AFTER_IDLE_S:
+        await asyncio.sleep(IDLE_POLL_S)
+        busy = worker.engine.has_unfinished or worker.num_waiting > 0
+        quiet_since = None if busy else (quiet_since or loop.time())
+    await asyncio.to_thread(worker.engine.grammars.warm)
 
 
 def _guard(
