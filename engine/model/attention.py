@@ -27,7 +27,11 @@ def zeroed(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device | st
     nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
     if torch.device(device).type != "cpu" or nbytes < LAZY_FROM_BYTES:
         return torch.zeros(shape, dtype=dtype, device=device)
-    return torch.frombuffer(mmap.mmap(-1, nbytes), dtype=dtype).view(shape)  # the tensor keeps the mapping alive
+    if hasattr(mmap, "MAP_PRIVATE"):  # private, as the heap's own big blocks: Python's default is shared memory
+        memory = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)  # (shmem, and slower to fault in)
+    else:  # Windows: pagefile-backed, also zero until written
+        memory = mmap.mmap(-1, nbytes)
+    return torch.frombuffer(memory, dtype=dtype).view(shape)  # the tensor keeps the mapping alive
 
 
 class PagedKVCache:

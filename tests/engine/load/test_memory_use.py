@@ -94,3 +94,22 @@ def _assert_the_estimate_holds(figures: dict) -> None:
     assert abs(full - figures["estimate"]) <= 0.1 * full, (full / 2**20, figures["estimate"] / 2**20)
     unwritten = full - figures["after_engine"]["VmRSS"]
     assert unwritten >= 0.9 * figures["kv_bytes"], (unwritten / 2**20, figures["kv_bytes"] / 2**20)
+
+
+def test_a_large_kv_cache_is_private_memory_that_reads_zero() -> None:
+    """Anonymous private memory, as the heap's own (Python's mmap default is shared memory: shmem pages, slower to
+    fault in and counted apart), zero until written."""
+    import torch
+
+    from engine.model.attention import zeroed
+
+    def shmem_kib() -> int:
+        status = Path("/proc/self/status").read_text().splitlines()
+        line = next(line for line in status if line.startswith("RssShmem"))
+        return int(line.split()[1])
+
+    before = shmem_kib()
+    cache = zeroed((4, 1024, 1024), torch.bfloat16, "cpu")  # 8 MiB
+    assert cache.abs().sum().item() == 0
+    cache.fill_(1)
+    assert shmem_kib() - before < 1024 and cache.sum().item() == cache.numel()
