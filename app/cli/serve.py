@@ -10,8 +10,8 @@ import sys
 from app.cli.options import add_engine_options, add_model_options, engine_options_from
 from engine.core.engine_thread import EngineThread
 from engine.credentials import SERVICE, read_secret
+from engine.cycle_collector import set_aside_what_is_loaded
 from engine.errors import ServeError
-from engine.heap import set_aside_what_is_loaded
 from engine.launch import EngineOptions, start_engine
 from engine.serve.app import create_app
 from engine.serve.cross_site import check_origins

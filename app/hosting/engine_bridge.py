@@ -15,9 +15,9 @@ from engine.core.config import EngineConfig
 from engine.core.engine import Engine
 from engine.core.engine_thread import EngineThread
 from engine.core.metrics import MetricsRecorder
+from engine.cycle_collector import set_aside_what_is_loaded
 from engine.domain.model_choice import ModelChoice
 from engine.errors import StudioError
-from engine.heap import set_aside_what_is_loaded
 from engine.launch import EngineOptions, Loader, start_engine
 from engine.load.loader import ModelInfo, load_model
 

@@ -12,7 +12,7 @@ from engine.core.config import EngineConfig
 from engine.core.engine import Engine
 from engine.core.engine_thread import EngineThread
 from engine.core.request import Request
-from engine.heap import set_aside_what_is_loaded
+from engine.cycle_collector import set_aside_what_is_loaded
 from engine.types import SamplingParams, StructuredKind, StructuredOutput, TokenEvent
 
 VIAS = ("thread", "main", "server")

@@ -20,7 +20,7 @@ def test_the_model_in_service_is_set_aside_and_a_replaced_one_is_collected(qtbot
 
 
 def test_set_aside_objects_that_die_are_collected_by_the_next_set_aside() -> None:
-    from engine.heap import set_aside_what_is_loaded
+    from engine.cycle_collector import set_aside_what_is_loaded
 
     class Node:
         pass
