@@ -186,13 +186,16 @@ class Grammars:
     def _prototype(self, structured: StructuredOutput) -> llg.LLMatcher:
         entry = self.cache.get(structured)
         if entry is None:
+            submitted = False
             with self._lock:
                 entry = self.cache.get(structured)
                 future = self._pending.get(structured) if entry is None else None
                 if entry is None and future is None:
                     future = self._compiler.submit(self._compile_and_keep, structured)
                     self._pending[structured] = future
-                    future.add_done_callback(lambda _f: self._forget_pending(structured))
+                    submitted = True
+            if submitted:  # outside the lock: a compile already done runs this callback here, and it takes the lock
+                future.add_done_callback(lambda _f: self._forget_pending(structured))
             if future is not None:
                 try:
                     entry = future.result(timeout=self.limits.compile_timeout_s)

@@ -118,3 +118,26 @@ def test_a_grammar_given_up_mid_reply_ends_its_request_only(make_engine) -> None
     assert len(constrained.output_ids) == 3  # the refused token is not part of the reply
     assert free.finish_reason is FinishReason.LENGTH and len(free.output_ids) == 8
     assert engine.grammars.cache.get(spec) is None  # its shared lexer may be in error: compiled afresh next time
+
+
+def test_a_compile_that_finishes_before_its_callback_is_added_does_not_deadlock(make_engine, monkeypatch) -> None:
+    """A compile done by the time its done-callback is added runs the callback in the submitting thread; that callback
+    takes the grammars' lock, which the submitting thread held then: a served request hung for good (seen when the
+    grammar engine's tokenizer had been built ahead and a small grammar compiled at once)."""
+    from concurrent.futures import Future
+
+    engine = make_engine()
+    grammars = grammars_for(engine)
+
+    def compile_at_once(fn, *args):
+        done: Future = Future()
+        done.set_result(fn(*args))
+        return done
+
+    monkeypatch.setattr(grammars._compiler, "submit", compile_at_once)
+    worker = threading.Thread(target=grammars.check, args=(StructuredOutput("regex", "[a-z]+"),), daemon=True)
+    worker.start()
+    worker.join(timeout=30)
+    assert not worker.is_alive()
+    assert not grammars._pending  # and the compile is no longer pending
+    grammars.check(StructuredOutput("regex", "[a-z]+"))  # cached now
