@@ -41,13 +41,11 @@ def limits_for(backend) -> ContextLimits:
         length, note = engine.context_length, ""
         if engine.pool_tokens < length:
             length, note = engine.pool_tokens, f"the KV cache holds {engine.pool_tokens:,} of the model's {length:,}"
-        return ContextLimits(
-            length,
-            lambda messages: len(engine.encode(messages=messages)),
-            False,
-            note,
-            encode=lambda messages: engine.encode(messages=messages),
-        )
+
+        def encode(messages: list[dict]) -> list[int]:
+            return engine.encode(messages=messages)
+
+        return ContextLimits(length, lambda messages: len(encode(messages)), False, note, encode=encode)
     length = getattr(backend, "context_length", None)
     request = getattr(backend, "request_context_length", None)
     if length is None and request is not None:

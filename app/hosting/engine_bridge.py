@@ -172,7 +172,9 @@ class EngineBridge(QObject):
         self._candidate = None
         old = self._thread
         if old is not None:
-            threading.Thread(target=self._retire, args=(old,), name="engine-shutdown", daemon=True).start()
+            # handed over in a list the thread empties: a Thread keeps its args until its target returns, and the
+            # old engine must be unreferenced by the time the GUI thread collects it
+            threading.Thread(target=self._retire, args=([old],), name="engine-shutdown", daemon=True).start()
         thread = EngineThread(engine, name="engine")
         thread.start()
         self._thread = thread
@@ -184,9 +186,10 @@ class EngineBridge(QObject):
         if old is None:
             set_aside_what_is_loaded()  # else once the old engine is gone: set aside now, it would never be collected
 
-    def _retire(self, old: EngineThread) -> None:
+    def _retire(self, handed: list[EngineThread]) -> None:
+        old = handed.pop()
         old.shutdown()
-        del old
+        del old  # nothing here holds the old engine while the GUI thread collects it
         self._send(self._old_engine_gone, None)
 
     def _on_old_engine_gone(self, _: object) -> None:
