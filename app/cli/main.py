@@ -18,17 +18,17 @@ from engine.errors import StudioError
 
 
 def _quiet_libraries() -> None:
-    """Progress bars and advice from transformers/hub are noise on a terminal that streams text."""
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    """Progress bars and advice from transformers/hub are noise on a terminal that streams text. Said through their
+    environment, not by importing transformers: its import (half a second) then happens inside the load, where the
+    weights convert on the other core meanwhile (engine/load/gguf_loader.py Prefetch)."""
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # transformers' own bars follow the hub's at import
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
-    try:
-        import transformers
-
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    transformers = sys.modules.get("transformers")
+    if transformers is not None:  # imported already (an embedding program): its settings are read, so set them
         transformers.utils.logging.set_verbosity_error()
         transformers.utils.logging.disable_progress_bar()
-    except ImportError:
-        pass
 
 
 def build_parser() -> argparse.ArgumentParser:

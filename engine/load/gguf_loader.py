@@ -25,10 +25,11 @@ from engine.errors import ModelFormatError
 from engine.load import gguf_blocks, native
 from engine.load.gguf_header import GGUFHeader, TensorEntry
 from engine.load.gguf_metadata import read_config
+from engine.load.joined import JoinedBuffers, Slot
 from engine.load.memory import release_freed_memory
 from engine.load.options import ResolvedOptions
 from engine.load.weight_plan import FLOAT32, INT4, INT8, FormatTally, LoadPlan, Mode, Role, TensorPlan, plan_load
-from engine.model import fast_forward, int4pack, llama_family, stored
+from engine.model import fast_forward, int4pack, llama_family
 from engine.model.quantized import (
     CHUNK_ROW_MULTIPLE,
     WEIGHT_MODULES,
@@ -98,7 +99,8 @@ def load_gguf(
     plan = plan_for(header, options)
     config = config or read_config(header)
     model = model if model is not None else build_empty(config, plan.dtype)
-    builder = _Builder(header, model, config, plan, options, prefetch.finish() if prefetch else {})
+    joined = prefetch.joined if prefetch else joined_for(header, options, plan)
+    builder = _Builder(header, model, config, plan, options, prefetch.finish() if prefetch else {}, joined)
     builder.run(progress)
     model.eval()
     model.requires_grad_(False)
@@ -108,6 +110,18 @@ def load_gguf(
     seconds = time.perf_counter() - started
     log.info("read %s in %.1fs: %s", header.path.name, seconds, builder.tally.describe())
     return GGUFModel(model, plan, builder.tally, seconds)
+
+
+def joined_for(header: GGUFHeader, options: ResolvedOptions, plan: LoadPlan) -> JoinedBuffers | None:
+    """The file's joint buffers, where the lean forward joins matrices as stored on the CPU (transformers' forward
+    would copy a part's strided scales on every call)."""
+    if options.device != "cpu" or plan.mode is not Mode.AS_STORED:
+        return None
+    if header.architecture not in fast_forward.SUPPORTED_TYPES:
+        return None
+    quantization = options.quantization
+    joined = JoinedBuffers(header, lambda entry: plan.tensor(entry.kind, entry.shape, Role.LINEAR, quantization))
+    return joined if len(joined) else None
 
 
 class Prefetch:
@@ -122,8 +136,7 @@ class Prefetch:
         """Starts converting; see start() for where that is wanted."""
         self.header, self.options, self.plan = header, options, plan
         self.done: dict[str, nn.Module] = {}
-        # only where the lean forward runs: transformers' forward would copy the joined halves' scales every call
-        self._lean = header.architecture in fast_forward.SUPPORTED_TYPES
+        self.joined = joined_for(header, options, plan)  # shared with the builder, which fills the rest
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="gguf-prefetch", daemon=True)
         self._thread.start()
@@ -162,22 +175,12 @@ class Prefetch:
                     plan = self._wanted(entry)
                     if plan is None:
                         continue
-                    self.done[entry.name] = weight_module(_stored_rows(data, entry), entry.kind, plan, self.plan.mode)
+                    into = self.joined.slot(entry.name) if self.joined is not None else None
+                    rows = _stored_rows(data, entry)
+                    self.done[entry.name] = weight_module(rows, entry.kind, plan, self.plan.mode, into=into)
                     _drop_pages(data, entry.offset, entry.nbytes)
-                    self._fuse_gate_and_up(entry.name)
         except Exception as exc:  # the builder converts what is missing and meets any error itself
             log.debug("converting %s ahead stopped: %s", self.header.path.name, exc)
-
-    def _fuse_gate_and_up(self, name: str) -> None:
-        """A layer's gate and up packings joined into one buffer here, as the lean forward joins them (the two
-        modules become its halves): the copy happens off the loader's path, and the lean forward takes the buffer
-        as it lies."""
-        layer, _, kind = name.rpartition(".ffn_")
-        if kind not in ("gate.weight", "up.weight") or not self._lean:
-            return
-        gate, up = self.done.get(f"{layer}.ffn_gate.weight"), self.done.get(f"{layer}.ffn_up.weight")
-        if isinstance(gate, Int4Linear) and isinstance(up, Int4Linear) and gate.in_features == up.in_features:
-            stored.fuse_int4([gate, up])
 
     def finish(self) -> dict[str, nn.Module]:
         """Stop after the tensor in hand; what is converted, by GGUF tensor name."""
@@ -185,6 +188,7 @@ class Prefetch:
         self._thread.join(timeout=PREFETCH_JOIN_S)
         if self._thread.is_alive():
             log.warning("converting %s ahead did not stop within %.0f s", self.header.path.name, PREFETCH_JOIN_S)
+        log.info("%d matrices of %s were converted ahead of the build", len(self.done), self.header.path.name)
         return dict(self.done)
 
     def cancel(self) -> None:
@@ -203,9 +207,11 @@ class _Builder:
         plan: LoadPlan,
         options: ResolvedOptions,
         prefetched: dict[str, nn.Module] | None = None,
+        joined: JoinedBuffers | None = None,
     ) -> None:
         self.header, self.model, self.config, self.plan, self.options = header, model, config, plan, options
         self.prefetched = prefetched or {}  # GGUF tensor name -> its linear, converted ahead (Prefetch)
+        self.joined = joined  # where a matrix the lean forward joins is written (joined.py)
         self.device = torch.device(options.device)
         self.tally = FormatTally()
         self.head = model.get_output_embeddings()
@@ -274,7 +280,8 @@ class _Builder:
             module = ahead
             module.bias = None if bias is None else bias.detach().float().contiguous()  # as the constructors hold it
         else:
-            module = weight_module(self._rows(entry, raw), entry.kind, plan, self.plan.mode, bias, self.device)
+            into = self.joined.slot(entry.name) if self.joined is not None and role is Role.LINEAR else None
+            module = weight_module(self._rows(entry, raw), entry.kind, plan, self.plan.mode, bias, self.device, into)
         self.tally.add(plan, plan.nbytes(entry.rows, entry.shape[-1]))
         return module
 
@@ -364,8 +371,11 @@ def _row_chunks(rows: torch.Tensor, columns: int):
         yield rows[start : start + step]
 
 
-def _int8_rows(rows: torch.Tensor, kind: GGMLQuantizationType, columns: int, bias) -> Int8Linear:
+def _int8_rows(rows: torch.Tensor, kind: GGMLQuantizationType, columns: int, bias, into: Slot | None) -> Int8Linear:
     """Decode a chunk of rows to float32, requantize it per row into the preallocated module, next chunk."""
+    if _native(kind) and into is not None and into.fmt == INT8:  # one pass a row, into its joint buffer's rows
+        native.int8_rows_into(rows, kind, into.first, into.second)
+        return Int8Linear.from_rows(into.first, into.second, bias)
     if _native(kind):  # one pass a row, no float32 chunk
         return Int8Linear.from_rows(*native.int8_rows(rows, kind), bias)
     q = torch.empty(rows.shape[0], columns, dtype=torch.int8)
@@ -386,13 +396,18 @@ def weight_module(
     mode: Mode,
     bias: torch.Tensor | None = None,
     device: torch.device | str = "cpu",
+    into: Slot | None = None,
 ) -> nn.Module:
     """A linear's module from its stored rows [out, bytes] (in the model's row order), in the plan's format: Q4 codes
-    as stored in an Int4Linear, int8 rows, a 16-bit HalfLinear, or a plain nn.Linear (dense models, F32)."""
+    as stored in an Int4Linear, int8 rows, a 16-bit HalfLinear, or a plain nn.Linear (dense models, F32). into: its
+    rows of a joint buffer (joined.py), where the C++ decoders write int4 and int8 ones."""
     columns = _columns(rows, kind)
     if plan.fmt == INT4:
         layout = int4pack.layout()
         if kind in gguf_blocks.INT4_TYPES and layout is not None and _native(kind):  # codes into torch's packing
+            if into is not None and into.fmt == INT4:
+                native.int4_pack_into(rows, kind, layout.block, layout.split, into.first, into.second)
+                return Int4Linear.from_packed(into.first, into.second, rows.shape[0], columns, bias)
             packed, scales_and_zeros = native.int4_pack(rows, kind, layout.block, layout.split)
             return Int4Linear.from_packed(packed, scales_and_zeros, rows.shape[0], columns, bias)
         if kind in gguf_blocks.INT4_TYPES:  # the file's own codes
@@ -401,7 +416,7 @@ def weight_module(
             chunks = (int4_groups_from_float(gguf_blocks.dequantize(c, kind)) for c in _row_chunks(rows, columns))
         return Int4Linear.from_row_chunks(rows.shape[0], columns, chunks, bias)
     if plan.fmt == INT8:
-        return _int8_rows(rows, kind, columns, bias)
+        return _int8_rows(rows, kind, columns, bias, into)
     dtype = getattr(torch, plan.fmt)
     weight = decode(rows, kind, dtype, device)
     if mode is Mode.AS_STORED and plan.fmt != FLOAT32:

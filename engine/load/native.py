@@ -22,7 +22,7 @@ from engine.paths import cache_dir
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("csrc") / "gguf_decode.cpp"
-VERSION = "gguf_decode 5"  # what the library's version() says: a stale build is rebuilt
+VERSION = "gguf_decode 6"  # what the library's version() says: a stale build is rebuilt
 DISABLE_ENV = "INFERENCE_STUDIO_NATIVE_LOADER"  # "0": the torch decoders only
 COMPILE_TIMEOUT_S = 600
 _lock = threading.Lock()
@@ -135,6 +135,16 @@ def int8_rows(raw: torch.Tensor, kind: int) -> tuple[torch.Tensor, torch.Tensor]
 
 def int4_pack(raw: torch.Tensor, kind: int, block: int, split: bool) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.ops.studio_gguf.int4_pack(raw.contiguous(), int(kind), block, split)
+
+
+def int4_pack_into(raw: torch.Tensor, kind: int, block: int, split: bool, packed: torch.Tensor, sz: torch.Tensor):
+    """int4_pack written into rows of joint buffers (engine/load/joined.py): packed contiguous, sz a row slice."""
+    torch.ops.studio_gguf.int4_pack_into(raw.contiguous(), int(kind), block, split, packed, sz)
+
+
+def int8_rows_into(raw: torch.Tensor, kind: int, q: torch.Tensor, scales: torch.Tensor) -> None:
+    """int8_rows written into rows of joint buffers (engine/load/joined.py)."""
+    torch.ops.studio_gguf.int8_rows_into(raw.contiguous(), int(kind), q, scales)
 
 
 def int4_unpack(packed: torch.Tensor, scales_and_zeros: torch.Tensor, block: int, split: bool, row0: int, rows: int):

@@ -84,8 +84,12 @@ def _bias(group: list[nn.Module]) -> torch.Tensor | None:
 
 
 def _fuse_int8(group: list[Int8Linear]) -> Int8Linear:
-    """Rows concatenated, scales too (per row); the originals re-pointed at their rows of the fused tensors."""
-    fused = Int8Linear.from_rows(torch.cat([m.q for m in group]), torch.cat([m.scale for m in group]), _bias(group))
+    """Rows concatenated, scales too (per row); the originals re-pointed at their rows of the fused tensors. Parts the
+    loader wrote into one buffer (engine/load/joined.py) are taken as they lie: no copy."""
+    q, scale = _slices_of_one([m.q for m in group], 0), _slices_of_one([m.scale for m in group], 0)
+    if q is None or scale is None:
+        q, scale = torch.cat([m.q for m in group]), torch.cat([m.scale for m in group])
+    fused = Int8Linear.from_rows(q, scale, _bias(group))
     start = 0
     for module in group:
         rows = slice(start, start + module.out_features)
@@ -114,7 +118,7 @@ def fuse_int4(group: list[Int4Linear]) -> Int4Linear | None:
     fused = Int4Linear.__new__(Int4Linear)
     nn.Module.__init__(fused)
     fused.in_features, fused.out_features = group[0].in_features, sum(m.out_features for m in group)
-    # parts the loader already fused (views of one buffer, in this order) are taken as they lie: no copy
+    # parts the loader wrote into one buffer (views of it, in this order: engine/load/joined.py) are taken as they lie
     packed = _slices_of_one([m.packed for m in group], 0)
     scales = _slices_of_one([m.scales_and_zeros for m in group], 1)
     fused.register_buffer("packed", packed if packed is not None else torch.cat([m.packed for m in group]))

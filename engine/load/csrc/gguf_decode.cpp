@@ -260,12 +260,10 @@ inline float largest_magnitude(const float* values, int64_t count) {
 }
 
 // [rows, bytes] -> (q int8 [rows, columns], scale bfloat16 [rows]): symmetric int8 per row, as
-// engine/model/quantized.py's int8_rows_from_float
-std::tuple<Tensor, Tensor> int8_rows(const Tensor& raw, int64_t type) {
-  check_raw(raw, type);
+// engine/model/quantized.py's int8_rows_from_float, written into q and scales (contiguous: a tensor of their own, or
+// rows of a joint buffer)
+void int8_rows_to(const Tensor& raw, int64_t type, Tensor& q, Tensor& scales) {
   const int64_t rows = raw.size(0), columns = columns_of(raw, type), blocks = raw.size(1) / block_shape(type).bytes;
-  Tensor q = at::empty({rows, columns}, at::kChar);
-  Tensor scales = at::empty({rows}, at::kBFloat16);
   const uint8_t* in = raw.data_ptr<uint8_t>();
   int8_t* qo = q.data_ptr<int8_t>();
   c10::BFloat16* so = scales.data_ptr<c10::BFloat16>();
@@ -289,7 +287,26 @@ std::tuple<Tensor, Tensor> int8_rows(const Tensor& raw, int64_t type) {
       }
     }
   });
+}
+
+std::tuple<Tensor, Tensor> int8_rows(const Tensor& raw, int64_t type) {
+  check_raw(raw, type);
+  Tensor q = at::empty({raw.size(0), columns_of(raw, type)}, at::kChar);
+  Tensor scales = at::empty({raw.size(0)}, at::kBFloat16);
+  int8_rows_to(raw, type, q, scales);
   return {q, scales};
+}
+
+void int8_rows_into(const Tensor& raw, int64_t type, Tensor q, Tensor scales) {
+  check_raw(raw, type);
+  const int64_t rows = raw.size(0), columns = columns_of(raw, type);
+  TORCH_CHECK_VALUE(q.dim() == 2 && q.size(0) == rows && q.size(1) == columns && q.scalar_type() == at::kChar &&
+                        q.is_contiguous(),
+                    "int8 codes go into a contiguous int8 [", rows, ", ", columns, "] tensor, not ", q.sizes());
+  TORCH_CHECK_VALUE(scales.dim() == 1 && scales.size(0) == rows && scales.scalar_type() == at::kBFloat16 &&
+                        scales.is_contiguous(),
+                    "their scales go into a contiguous bfloat16 [", rows, "] tensor, not ", scales.sizes());
+  int8_rows_to(raw, type, q, scales);
 }
 
 // tile[i] holds bytes (i, 0..7) of an 8x8 byte matrix (byte c at bits 8c: little-endian, as x86 and arm64 are);
@@ -316,14 +333,11 @@ inline void transpose8x8(uint64_t* tile) {
 // and zero 0) and its scales_and_zeros, bfloat16 [columns / 32, padded rows, 2]. Layout (engine/model/int4pack.py):
 // blocks of `block` rows; in a full block byte [k, j] holds rows j and j + block/2 when `split`, else rows 2j and 2j+1,
 // as every shorter block does.
-std::tuple<Tensor, Tensor> int4_pack(const Tensor& raw, int64_t type, int64_t block, bool split) {
-  TORCH_CHECK_VALUE(type == Q4_0 || type == Q4_1 || type == Q4_K, "only Q4_0, Q4_1 and Q4_K keep their codes");
-  TORCH_CHECK_VALUE(block == 32 || block == 64, "packing blocks are 32 or 64 rows, not ", block);
-  check_raw(raw, type);
+// into packed [padded, columns / 2] (contiguous) and sz [groups, padded, 2] whose groups lie `group_stride` values
+// apart (2 * padded for a tensor of its own; more for these rows of a joint buffer's)
+void int4_pack_to(const Tensor& raw, int64_t type, int64_t block, bool split, Tensor& packed, Tensor& sz) {
   const int64_t rows = raw.size(0), columns = columns_of(raw, type), blocks = raw.size(1) / block_shape(type).bytes;
-  const int64_t padded = rows + (16 - rows % 16) % 16, groups = columns / 32;
-  Tensor packed = at::empty({padded, columns / 2}, at::kByte);
-  Tensor sz = at::empty({groups, padded, 2}, at::kBFloat16);
+  const int64_t padded = rows + (16 - rows % 16) % 16, groups = columns / 32, group_stride = sz.stride(0);
   const uint8_t* in = raw.data_ptr<uint8_t>();
   uint8_t* po = packed.data_ptr<uint8_t>();
   c10::BFloat16* zo = sz.data_ptr<c10::BFloat16>();
@@ -344,8 +358,8 @@ std::tuple<Tensor, Tensor> int4_pack(const Tensor& raw, int64_t type, int64_t bl
           std::fill(zero.begin(), zero.end(), 0.0f);
         }
         for (int64_t g = 0; g < groups; ++g) {
-          zo[(g * padded + r) * 2] = c10::BFloat16(scale[g]);
-          zo[(g * padded + r) * 2 + 1] = c10::BFloat16(zero[g]);
+          zo[g * group_stride + r * 2] = c10::BFloat16(scale[g]);
+          zo[g * group_stride + r * 2 + 1] = c10::BFloat16(zero[g]);
         }
       }
       const int64_t half = count / 2;  // a multiple of 8: rows are padded to 16
@@ -369,7 +383,38 @@ std::tuple<Tensor, Tensor> int4_pack(const Tensor& raw, int64_t type, int64_t bl
       }
     }
   });
+}
+
+void check_int4(const Tensor& raw, int64_t type, int64_t block) {
+  TORCH_CHECK_VALUE(type == Q4_0 || type == Q4_1 || type == Q4_K, "only Q4_0, Q4_1 and Q4_K keep their codes");
+  TORCH_CHECK_VALUE(block == 32 || block == 64, "packing blocks are 32 or 64 rows, not ", block);
+  check_raw(raw, type);
+}
+
+std::tuple<Tensor, Tensor> int4_pack(const Tensor& raw, int64_t type, int64_t block, bool split) {
+  check_int4(raw, type, block);
+  const int64_t rows = raw.size(0), columns = columns_of(raw, type), padded = rows + (16 - rows % 16) % 16;
+  Tensor packed = at::empty({padded, columns / 2}, at::kByte);
+  Tensor sz = at::empty({columns / 32, padded, 2}, at::kBFloat16);
+  int4_pack_to(raw, type, block, split, packed, sz);
   return {packed, sz};
+}
+
+// The same packing written into rows of a joint buffer: packed [padded, columns / 2] contiguous, sz [groups, padded,
+// 2] with rows of 2 values (a slice along its rows of a [groups, more rows, 2] tensor)
+void int4_pack_into(const Tensor& raw, int64_t type, int64_t block, bool split, Tensor packed, Tensor sz) {
+  check_int4(raw, type, block);
+  const int64_t rows = raw.size(0), columns = columns_of(raw, type), padded = rows + (16 - rows % 16) % 16;
+  TORCH_CHECK_VALUE(packed.dim() == 2 && packed.size(0) == padded && packed.size(1) == columns / 2 &&
+                        packed.scalar_type() == at::kByte && packed.is_contiguous(),
+                    "the packing goes into a contiguous uint8 [", padded, ", ", columns / 2, "] tensor, not ",
+                    packed.sizes());
+  TORCH_CHECK_VALUE(sz.dim() == 3 && sz.size(0) == columns / 32 && sz.size(1) == padded && sz.size(2) == 2 &&
+                        sz.scalar_type() == at::kBFloat16 && sz.stride(2) == 1 && sz.stride(1) == 2 &&
+                        sz.stride(0) >= 2 * padded,
+                    "scales and zeros go into a bfloat16 [", columns / 32, ", ", padded, ", 2] slice of rows, not ",
+                    sz.sizes(), " with strides ", sz.strides());
+  int4_pack_to(raw, type, block, split, packed, sz);
 }
 
 // Rows [row0, row0 + rows) of a weight in torch's int4 packing (int4_pack's layout above) -> bfloat16 [rows, K],
@@ -435,7 +480,7 @@ Tensor int4_unpack(const Tensor& packed, const Tensor& sz, int64_t block, bool s
   return out;
 }
 
-std::string version() { return "gguf_decode 5"; }
+std::string version() { return "gguf_decode 6"; }
 
 }  // namespace
 
@@ -444,5 +489,8 @@ TORCH_LIBRARY(studio_gguf, m) {
   m.def("dequantize", &dequantize);
   m.def("int8_rows", &int8_rows);
   m.def("int4_pack", &int4_pack);
+  m.def("int4_pack_into(Tensor raw, int type, int block, bool split, Tensor(a!) packed, Tensor(b!) sz) -> ()",
+        &int4_pack_into);
+  m.def("int8_rows_into(Tensor raw, int type, Tensor(a!) q, Tensor(b!) scales) -> ()", &int8_rows_into);
   m.def("int4_unpack", &int4_unpack);
 }

@@ -142,3 +142,30 @@ def test_paris_on_the_embedded_model(embedded_model) -> None:  # the fixture con
     )
     assert result.returncode == 0, result.stderr
     assert "Paris" in result.stdout
+
+
+def test_transformers_is_quieted_without_being_imported_before_the_command_runs() -> None:
+    """Its import belongs inside the load, where the weights convert on the other core meanwhile."""
+    code = (
+        "import os, sys\n"
+        "from app.cli import main as cli\n"
+        "seen = {}\n"
+        "def handler(args):\n"
+        "    seen['imported'] = 'transformers' in sys.modules\n"
+        "    import transformers\n"
+        "    from transformers.utils import logging\n"
+        "    seen['level'] = logging.get_verbosity() == logging.ERROR\n"
+        "    seen['bars'] = logging.is_progress_bar_enabled()\n"
+        "    return 0\n"
+        "parser = cli.build_parser()\n"
+        "cli.build_parser = lambda: parser\n"
+        "parser.set_defaults(handler=handler)\n"
+        "for action in parser._subparsers._group_actions[0].choices.values():\n"
+        "    action.set_defaults(handler=handler)\n"
+        "assert cli.main(['serve', '--model', 'x']) == 0\n"
+        "print(seen)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRANSFORMERS_", "HF_HUB_"))}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().splitlines()[-1] == "{'imported': False, 'level': True, 'bars': False}"
