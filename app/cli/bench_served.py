@@ -10,7 +10,14 @@ from pathlib import Path
 import torch
 
 from engine.bench.http_client import llama_cpp_fields, studio_fields
-from engine.bench.model_file import bench_tokenizer, equal_kv_context, gguf_path, gguf_types, model_bytes
+from engine.bench.model_file import (
+    bench_tokenizer,
+    equal_kv_context,
+    gguf_path,
+    gguf_types,
+    model_bytes,
+    read_through,
+)
 from engine.bench.process_watch import GIB, physical_memory
 from engine.bench.results import SystemResult
 from engine.bench.runner import server_options
@@ -88,6 +95,8 @@ def run_served_bench(
             record["llama_cpp"] = {"ctx": ctx, "kv_bytes_f16": kv_bytes, "slots": slots, "file": gguf_file}
             server = functools.partial(llama_cpp_server, gguf_file, threads, slots, ctx, **limits)
             systems.append(ServedSystem("llama-cpp-server", server, llama_cpp_fields))
+    progress("reading the model's files once (both servers then start from the page cache)")
+    record["page_cache_warmed_bytes"] = read_through(gguf_file or args.model)
     plan = ServedPlan(systems, record["model_bytes"], cache_dir(), args.repeat)
     record.update(run_served(tokenizer, workloads, plan, progress))
     for name, why in skipped.items():

@@ -153,3 +153,18 @@ def test_a_failure_quotes_a_progress_bar_once() -> None:
 
     log = "[loading x]\nConverting tensors...:  24%|##| 81/339\rConverting tensors...:  25%|##| 84/339\n"
     assert _tail(log, 3) == "[loading x] / Converting tensors...:  25%|##| 84/339"
+
+
+def test_the_model_is_read_once_into_the_page_cache_before_any_server_starts(tmp_path) -> None:
+    """Else the first system of the first round pays the disk for all the later ones."""
+    from engine.bench.model_file import read_through
+
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(bytes(range(256)) * 5000)
+    assert read_through(str(gguf), chunk=4096) == gguf.stat().st_size
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    for index in range(2):
+        (folder / f"model-{index}.safetensors").write_bytes(b"x" * (1000 + index))
+    assert read_through(str(folder)) == 2001  # the weights; the small files are read by the servers anyway
