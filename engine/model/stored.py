@@ -48,7 +48,17 @@ def projection(modules: list[nn.Module], activations: torch.dtype, pack: bool) -
             parts.extend(_fuse([module], activations, pack) for module in group)
         else:
             parts.append(fused)
+    parts = [_own_scales(part) for part in parts]
     return parts[0] if len(parts) == 1 else SplitLinear(parts)
+
+
+def _own_scales(module: nn.Module) -> nn.Module:
+    """A matrix the loader wrote into a joint buffer (engine/load/joined.py) but computed on its own here (its
+    neighbours in another format, or packings that do not concatenate) gets a copy of its scales: its rows of the
+    joint scales are strided, and the kernels take them contiguous."""
+    if isinstance(module, Int4Linear) and not module.scales_and_zeros.is_contiguous():
+        module.scales_and_zeros = module.scales_and_zeros.contiguous()
+    return module
 
 
 def _fusable(a: nn.Module, b: nn.Module) -> bool:

@@ -129,3 +129,24 @@ def test_a_q4_k_m_layer_joins_its_int4_neighbours_and_keeps_v_apart(tokenizer_fo
         assert _storage(mlp.gate_proj.packed) == _storage(mlp.up_proj.packed)
     if int4pack.layout() is not None:
         _projection_takes_the_buffer([model.model.layers[0].mlp.gate_proj, model.model.layers[0].mlp.up_proj], "packed")
+
+
+def test_a_part_of_a_joint_buffer_computed_on_its_own_gets_contiguous_scales(
+    tokenizer_folder: Path, tmp_path: Path, as_stored, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the packings do not concatenate (or the neighbours differ), each part runs alone: the kernels take its
+    scales contiguous, not as its strided rows of the joint scales."""
+    if int4pack.layout() is None:
+        pytest.skip("this torch's int4 packing is not known here")
+    path = write_tiny_model(tmp_path / "q4.gguf", tokenizer_folder, lambda name: Q.Q4_K, hidden=256, intermediate=512)
+    mlp = load_model(str(path)).model.model.layers[0].mlp
+    assert not mlp.gate_proj.scales_and_zeros.is_contiguous()
+    x = torch.randn(3, 256, generator=torch.Generator().manual_seed(0))
+    with torch.inference_mode():
+        expected = torch.cat([mlp.gate_proj(x), mlp.up_proj(x)], dim=-1)
+    monkeypatch.setattr(stored, "fuse_int4", lambda group: None)  # as where packings do not concatenate
+    split = stored.projection([mlp.gate_proj, mlp.up_proj], torch.float32, pack=False)
+    assert isinstance(split, stored.SplitLinear)
+    assert all(part.scales_and_zeros.is_contiguous() for part in split.parts)
+    with torch.inference_mode():
+        assert torch.equal(split(x), expected)
