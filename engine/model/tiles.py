@@ -22,7 +22,7 @@ MEASURE_BUDGET_S = 0.6  # per kind: the load waits for it (later loads read the 
 #: weights smaller than this stay on torch's kernels unmeasured: the tiles pay off only where a weight outgrows the
 #: caches (and tiny test models then choose alike on every machine)
 MIN_WEIGHTS = 1 << 20
-VERSION = 3  # of the tiles' kernels in decode_step.cpp: a choice measured on an older one is measured again
+VERSION = 4  # of the tiles' kernels in decode_step.cpp: a choice measured on an older one is measured again
 ENV = "INFERENCE_STUDIO_TILES"  # "never" or "always" instead of the measurement (a user's override, tests)
 
 
