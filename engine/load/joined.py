@@ -75,7 +75,7 @@ class JoinedBuffers:
         run: list[TensorEntry] = []
         key: tuple[str, int] | None = None
         for entry in [*entries, None]:
-            this = None if entry is None else _joint_format(entry, plan_of(entry))
+            this = None if entry is None else _joint_format(entry, plan_of)
             if run and (this is None or this != key):
                 self._close(run, key)
                 run = []
@@ -103,10 +103,11 @@ class JoinedBuffers:
         return len(self._runs)
 
 
-def _joint_format(entry: TensorEntry, plan: TensorPlan) -> tuple[str, int] | None:
+def _joint_format(entry: TensorEntry, plan_of: Callable[[TensorEntry], TensorPlan]) -> tuple[str, int] | None:
     """(format, columns) of a matrix the C++ decoders can write into a joint buffer, else None."""
     if len(entry.shape) != 2 or not native.available() or entry.kind not in gguf_blocks.DECODED:
-        return None
+        return None  # a type the decoders do not take (or refuse: the loader says so when it reaches the tensor)
+    plan = plan_of(entry)
     columns = entry.shape[-1]
     if plan.fmt == INT4 and entry.kind in gguf_blocks.INT4_TYPES and int4pack.layout() is not None:
         return (INT4, columns) if entry.rows % INT4_ROWS == 0 else None
