@@ -35,7 +35,7 @@ def run_engine(loaded, workload: Workload, config: EngineConfig, name: str = "en
     engine = Engine(loaded, config)
     set_aside_what_is_loaded()  # as `serve` and the window do once a model is in service
     if any(r.json_schema is not None for r in workload.requests):
-        engine.grammars.warm()  # as `serve` does while it starts: not in the first request's time to first token
+        engine.grammars.warm()  # as `serve` does once idle, before structured requests: not in their first token
     if via == "main":
         timings, outputs, start = _step_here(engine, workload)
     elif via == "thread":

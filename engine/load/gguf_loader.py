@@ -126,9 +126,10 @@ def joined_for(header: GGUFHeader, options: ResolvedOptions, plan: LoadPlan) -> 
 
 class Prefetch:
     """The file's layer matrices converted in a background thread from the moment the header is read, while the
-    loader reads the config, checks memory and reads the tokenizer (Python, holding the GIL: one core); the C++
-    conversions release the GIL and use the other. The builder takes what is done once the model is built (finish)
-    and converts the rest itself, the same way (weight_module), so the result does not depend on how far this got.
+    loader imports transformers, reads the config, checks memory and reads the tokenizer (Python, holding the GIL:
+    one core); the C++ conversions release the GIL and use the other. The builder takes what is done once the model
+    is built (finish) and converts the rest itself, the same way (weight_module) and into the same joint buffers
+    (joined.py), so the result does not depend on how far this got.
     Only where converting ahead of the memory check is safe: on the CPU, with twice the file's weights free; a model
     refused by the check has its conversions dropped (cancel)."""
 
@@ -373,10 +374,10 @@ def _row_chunks(rows: torch.Tensor, columns: int):
 
 def _int8_rows(rows: torch.Tensor, kind: GGMLQuantizationType, columns: int, bias, into: Slot | None) -> Int8Linear:
     """Decode a chunk of rows to float32, requantize it per row into the preallocated module, next chunk."""
-    if _native(kind) and into is not None and into.fmt == INT8:  # one pass a row, into its joint buffer's rows
-        native.int8_rows_into(rows, kind, into.first, into.second)
-        return Int8Linear.from_rows(into.first, into.second, bias)
     if _native(kind):  # one pass a row, no float32 chunk
+        if into is not None and into.fmt == INT8:  # into its rows of a joint buffer
+            native.int8_rows_into(rows, kind, into.first, into.second)
+            return Int8Linear.from_rows(into.first, into.second, bias)
         return Int8Linear.from_rows(*native.int8_rows(rows, kind), bias)
     q = torch.empty(rows.shape[0], columns, dtype=torch.int8)
     scale = torch.empty(rows.shape[0])
