@@ -20,12 +20,17 @@ WAIT_LIMIT_S = 3600.0  # one workload never runs this long; a stuck engine fails
 
 
 def exact_length(request: BenchRequest) -> SamplingParams:
-    """Greedy, exactly max_new_tokens: EOS is banned until then (as transformers' min_new_tokens and llama.cpp's
-    ignore_eos do), so every system makes the same tokens. A JSON request ends where its JSON does."""
+    """Greedy (or sampled as the request says), exactly max_new_tokens: EOS is banned until then (as transformers'
+    min_new_tokens and llama.cpp's ignore_eos do), so every greedy system makes the same tokens. A JSON request ends
+    where its JSON does."""
     n = request.max_new_tokens
     if request.json_schema is not None:
         return SamplingParams(
             max_tokens=n, temperature=0.0, structured=StructuredOutput(StructuredKind.JSON_SCHEMA, request.json_schema)
+        )
+    if not request.greedy:  # sampled as a client asks: exactly n tokens all the same
+        return SamplingParams(
+            max_tokens=n, min_tokens=n, temperature=request.temperature, top_p=request.top_p, seed=request.seed
         )
     return SamplingParams(max_tokens=n, min_tokens=n, temperature=0.0)
 

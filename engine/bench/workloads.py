@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from engine.core.prompts import encode_prompt
 
@@ -67,6 +67,14 @@ class BenchRequest:
     arrival_s: float = 0.0  # offset from the start of the run
     json_schema: str | None = None  # the reply must be JSON valid against it (it may end before max_new_tokens)
     messages: list[dict] | None = None  # the chat the prompt was made from (a window types its last message)
+    # sampled as a client asks, or greedy (0.0: every system makes the same tokens); seed: the same draws each run
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int | None = None
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
 
 
 @dataclass(frozen=True)
@@ -115,6 +123,11 @@ def build(name: str, tokenizer, scale: float = 1.0) -> Workload:
 
     if name == "single":
         return Workload(name, "1 chat request, 128 new tokens", [asked(chat_prompts(1)[0], 128)])
+    if name == "sampled":
+        # what an OpenAI client sends (temperature and top_p, no top_k): every logit of a step counts, where greedy
+        # picks need only the leaders'
+        request = replace(asked(chat_prompts(1)[0], 128), **SAMPLED)
+        return Workload(name, "1 chat request sampled as OpenAI clients ask (temperature 0.8, top_p 0.95)", [request])
     if name == "edit":
         # one chat asking for an edit: the reply repeats most of its prompt (where prompt-lookup drafts pay)
         request = asked(EDIT_TEXT, 128)
@@ -151,13 +164,15 @@ def build(name: str, tokenizer, scale: float = 1.0) -> Workload:
     raise KeyError(name)
 
 
-WORKLOADS = ["single", "edit", "chat4", "chat16", "chat16-json", "chat64", "shared-prefix", "arrivals"]
+SAMPLED = {"temperature": 0.8, "top_p": 0.95, "seed": 1}
+WORKLOADS = ["single", "sampled", "edit", "chat4", "chat16", "chat16-json", "chat64", "shared-prefix", "arrivals"]
 
 BASELINES = ("sequential", "static", "generate-batch", "llama-cpp-server")
 # Defaults keep one `bench` run to minutes on a 2-core CPU: the one-at-a-time baseline only where it finishes in
 # reasonable time; `--baselines all` runs everything everywhere. llama.cpp's server runs where it is installed.
 DEFAULT_BASELINES = {
     "single": ["sequential", "static", "generate-batch", "llama-cpp-server"],
+    "sampled": ["llama-cpp-server"],  # transformers' baselines here decode greedily
     "edit": ["sequential", "llama-cpp-server"],
     "chat4": ["static", "llama-cpp-server"],
     "chat16": ["sequential", "static", "generate-batch", "llama-cpp-server"],

@@ -8,9 +8,11 @@ import sys
 import pytest
 
 from engine.bench import report
+from engine.bench.engine_run import exact_length, run_engine
 from engine.bench.results import RequestTiming, SystemResult, kv_waste
 from engine.bench.runner import BenchPlan, run_benchmark
 from engine.bench.workloads import WORKLOADS, build
+from engine.core.config import EngineConfig
 from engine.core.metrics import StepRecord
 
 
@@ -142,6 +144,27 @@ def test_the_server_path_drives_inference_studio_serve_with_a_streaming_client(t
         assert 0 <= row["accepted_draft_tokens"] <= row["draft_tokens"]
 
 
+def test_the_sampled_workload_draws_as_a_client_asks_the_same_through_the_server_and_the_thread(
+    tiny_loaded, tiny_model_dir
+) -> None:
+    """temperature 0.8 and top_p 0.95 with a seed, as an OpenAI client sends them: the server and the thread draw the
+    same tokens (the server was sent all three), which are not greedy's."""
+    (request,) = build("sampled", tiny_loaded.tokenizer, 0.1).requests
+    assert (request.temperature, request.top_p, request.seed, request.greedy) == (0.8, 0.95, 1, False)
+    params = exact_length(request)
+    assert (params.temperature, params.top_p, params.seed, params.min_tokens) == (0.8, 0.95, 1, 12)
+    serve = [sys.executable, "-m", "app", "serve", "--model", str(tiny_model_dir)]
+    plan = BenchPlan(vias=("server", "thread"), serve_command=serve, threads=1)
+    sampled = run_benchmark(tiny_loaded, ["sampled"], [], scale=0.1, plan=plan)["workloads"]["sampled"]
+    assert [r["output_tokens"] for r in sampled["systems"]] == [12, 12]
+    assert sampled["same_tokens_as"]["engine-thread"] == 1.0
+    greedy = build("single", tiny_loaded.tokenizer, 0.1)
+    assert greedy.requests[0].prompt_ids == request.prompt_ids and exact_length(greedy.requests[0]).greedy
+    sampled_workload = build("sampled", tiny_loaded.tokenizer, 0.1)
+    drawn, picked = (run_engine(tiny_loaded, w, EngineConfig()).outputs for w in (sampled_workload, greedy))
+    assert drawn != picked  # the same prompt: drawn, not picked
+
+
 def test_a_chunked_stream_is_timed_per_chunk_and_counted_by_usage() -> None:
     timing = RequestTiming(arrival=1.0, token_times=[1.5, 2.0], tokens=3)  # 3 tokens in 2 chunks
     result = SystemResult("server", 1.0, [timing])
@@ -158,7 +181,6 @@ def test_the_json_workload_constrains_every_reply(tiny_loaded) -> None:
 
 def test_a_benchmarked_server_lets_every_request_wait_its_turn() -> None:
     from engine.bench.runner import BENCH_QUEUE_WAIT_S, server_options
-    from engine.core.config import EngineConfig
 
     options = server_options(EngineConfig())
     assert options[options.index("--max-queue-wait") + 1] == str(int(BENCH_QUEUE_WAIT_S))  # not 429 after 120 s
