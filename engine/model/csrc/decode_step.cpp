@@ -240,6 +240,17 @@ bool tiles_vnni() {  // asked on every tiled product: the CPU's answer, once
   return vnni;
 }
 
+// torch's int4 packing of a weight with rows of k inputs: [padded rows, k / 2] bytes, scales and zeros beside it
+void check_int4_packing(const Tensor& packed, const Tensor& sz, int64_t k) {
+  const int64_t padded = packed.size(0);
+  TORCH_CHECK_VALUE(packed.dim() == 2 && packed.scalar_type() == at::kByte && packed.is_contiguous() &&
+                        packed.size(1) * 2 == k && k % 32 == 0 && padded % 16 == 0,
+                    "a packed int4 weight [rows, K / 2] for rows of ", k, ", not ", packed.sizes());
+  TORCH_CHECK_VALUE(sz.dim() == 3 && sz.size(0) == k / 32 && sz.size(1) == padded && sz.size(2) == 2 &&
+                        sz.scalar_type() == at::kBFloat16 && sz.is_contiguous(),
+                    "scales and zeros must be a contiguous bfloat16 [K / 32, rows, 2] tensor, not ", sz.sizes());
+}
+
 // x [M, K] bfloat16 @ the int4 weight (torch's packing: blocks of `block` rows, halves sharing bytes when `split`)
 // -> float32 [M, padded rows]
 Tensor int4_tiles_mm(const Tensor& x, const Tensor& packed, const Tensor& sz, int64_t block, bool split, bool vnni) {
@@ -247,12 +258,7 @@ Tensor int4_tiles_mm(const Tensor& x, const Tensor& packed, const Tensor& sz, in
   TORCH_CHECK_VALUE(!vnni || tiles_vnni(), "this CPU's brgemm takes no pairs of bfloat16 columns");
   TORCH_CHECK_TYPE(x.dim() == 2 && x.scalar_type() == at::kBFloat16, "int4 tiles multiply bfloat16 rows [M, K]");
   const int64_t m = x.size(0), k = x.size(1), padded = packed.size(0);
-  TORCH_CHECK_VALUE(packed.dim() == 2 && packed.scalar_type() == at::kByte && packed.is_contiguous() &&
-                        packed.size(1) * 2 == k && k % 32 == 0 && padded % 16 == 0,
-                    "a packed int4 weight [rows, K / 2] for rows of ", k, ", not ", packed.sizes());
-  TORCH_CHECK_VALUE(sz.dim() == 3 && sz.size(0) == k / 32 && sz.size(1) == padded && sz.size(2) == 2 &&
-                        sz.scalar_type() == at::kBFloat16 && sz.is_contiguous(),
-                    "scales and zeros must be a contiguous bfloat16 [K / 32, rows, 2] tensor, not ", sz.sizes());
+  check_int4_packing(packed, sz, k);
   const Tensor rows = x.contiguous();
   Tensor out = at::empty({m, padded}, x.options().dtype(at::kFloat));
   const auto* a = rows.data_ptr<at::BFloat16>();
@@ -438,12 +444,7 @@ Tensor int4_exact_mm(const Tensor& x, const Tensor& packed, const Tensor& sz, in
   TORCH_CHECK_VALUE(block == 32 || block == 64, "packing blocks are 32 or 64 rows, not ", block);
   TORCH_CHECK_TYPE(x.dim() == 2 && x.scalar_type() == at::kFloat, "the exact head multiplies float32 rows [M, K]");
   const int64_t m = x.size(0), k = x.size(1), padded = packed.size(0);
-  TORCH_CHECK_VALUE(packed.dim() == 2 && packed.scalar_type() == at::kByte && packed.is_contiguous() &&
-                        packed.size(1) * 2 == k && k % 32 == 0 && padded % 16 == 0,
-                    "a packed int4 weight [rows, K / 2] for rows of ", k, ", not ", packed.sizes());
-  TORCH_CHECK_VALUE(sz.dim() == 3 && sz.size(0) == k / 32 && sz.size(1) == padded && sz.size(2) == 2 &&
-                        sz.scalar_type() == at::kBFloat16 && sz.is_contiguous(),
-                    "scales and zeros must be a contiguous bfloat16 [K / 32, rows, 2] tensor, not ", sz.sizes());
+  check_int4_packing(packed, sz, k);
   const Tensor rows = x.contiguous();
   Tensor out = at::empty({m, padded}, x.options());
   const float* xp = rows.data_ptr<float>();
