@@ -65,7 +65,7 @@ _HAS_EXACT = False
 def _exact_kernel(module: nn.Module, x: torch.Tensor) -> torch.Tensor | None:
     """float32 x @ the module's dequantized weights^T, the codes widened as they are read (a 3B model's head: ~10 ms
     int8 and ~40 ms int4 a row, against ~75 ms and ~1.8 s dequantizing blocks of rows); None for other modules."""
-    if isinstance(module, Int8Linear):
+    if isinstance(module, Int8Linear) and module.q.is_contiguous():
         return torch.ops.studio.int8_exact_mm(x, module.q, module.scale)
     layout = int4pack.layout()
     if isinstance(module, Int4Linear) and module.packed.is_contiguous() and layout is not None:
