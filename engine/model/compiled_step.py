@@ -266,13 +266,14 @@ class CompiledStep:
     """One weight format's layers in the C++ step: forward(hidden, cos, sin, storage, chunks, pages) -> hidden."""
 
     def __init__(
-        self, fast, linears, progress: Callable[[str], None] | None = None, tiles_from: dict[str, int] | None = None
+        self, fast, linears, progress: Callable[[str], None] | None = None, like: CompiledStep | None = None
     ) -> None:
-        """tiles_from: the row counts measured for the whole model's step (a part of it takes them, unmeasured)."""
+        """like: the whole model's step, whose measured row counts a part of it takes (unmeasured)."""
         self.model = torch.classes.studio.DecodeModel(
             fast.heads, fast.kv_heads, fast.head_dim, fast.hidden, fast.intermediate, float(fast.eps), fast.scale
         )
         largest: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}  # by kind: the weight the tiles are measured on
+        widest_int4: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # by input width: the largest int4 weight
         for layer, modules in zip(fast.layers, linears.layers, strict=True):
             self.model.add_layer(layer.input_norm.float(), layer.post_norm.float(), layer.sliding_window or 0)
             for slot, module in enumerate(modules):
@@ -280,10 +281,13 @@ class CompiledStep:
                     self.model.add_linear(slot, kind, a, b, None if bias is None else bias.float(), group, bf16, rows)
                     if kind in (INT4, INT8) and (kind not in largest or a.numel() > largest[kind][0].numel()):
                         largest[kind] = (a, b)
+                    width = a.shape[1] * 2 if kind == INT4 else 0  # two codes a byte
+                    if width and (width not in widest_int4 or a.numel() > widest_int4[width][0].numel()):
+                        widest_int4[width] = (a, b)
         #: rows from which int4 / int8 weights are multiplied as bfloat16 tiles (0: never)
         self.tiles_from = (
-            {kind: tiles_from.get(kind, 0) for kind in largest}
-            if tiles_from is not None
+            {kind: like.tiles_from.get(kind, 0) for kind in largest}
+            if like is not None
             else {kind: tiles.tiles_from(kind, *weight, progress) for kind, weight in largest.items()}
         )
         layout = int4pack.layout()
@@ -291,6 +295,16 @@ class CompiledStep:
             self.tiles_from.get(INT4, 0), self.tiles_from.get(INT8, 0), layout.block if layout else 0,
             bool(layout and layout.split),
         )  # fmt: skip
+        #: per input width, the rows (first, last) for which int4 weights multiply int8 activations (VNNI), measured
+        #: on the largest weight of that width: how a block's weights stay in cache differs with it
+        self.vnni_rows: dict[int, tuple[int, int]] = {}
+        for width, weight in widest_int4.items():
+            rows = like.vnni_rows.get(width, (0, 0)) if like is not None else None
+            if rows is None:
+                rows = tiles.vnni_rows(*weight, self.tiles_from.get(INT4, 0), progress)
+            self.vnni_rows[width] = rows
+            if rows[0]:
+                self.model.use_vnni(width, *rows)
 
     @property
     def tiles_everywhere(self) -> bool:
@@ -300,9 +314,15 @@ class CompiledStep:
 
     @property
     def tiles_note(self) -> str | None:
-        """ "int4 tiles from 4 rows, int8 from 8", or None where every step keeps torch's kernels."""
+        """ "bfloat16 tiles for int4 from 9 rows, int8 from 5 rows; int8 activations for int4 2048-wide at 5-16 rows",
+        or None where every step keeps torch's kernels."""
         used = [f"{kind} from {rows} rows" for kind, rows in sorted(self.tiles_from.items()) if rows]
-        return f"bfloat16 tiles for {', '.join(used)}" if used else None
+        tiled = f"bfloat16 tiles for {', '.join(used)}" if used else None
+        ranges = sorted((width, rows) for width, rows in self.vnni_rows.items() if rows[0])
+        if not ranges:
+            return tiled
+        vnni = "int8 activations for int4 " + ", ".join(f"{w}-wide at {a}-{b} rows" for w, (a, b) in ranges)
+        return f"{tiled}; {vnni}" if tiled else vnni
 
     def forward(self, hidden, cos, sin, storage, chunks, pages) -> torch.Tensor:
         return self.model.forward(hidden, cos, sin, storage, chunks, pages)
@@ -322,8 +342,7 @@ def build_steps(
     reasons = []
     for fmt, linears in linear_sets.items():
         try:
-            measured = like[fmt].tiles_from if like is not None and fmt in like else None
-            steps[fmt] = CompiledStep(fast, linears, progress, measured)
+            steps[fmt] = CompiledStep(fast, linears, progress, like[fmt] if like is not None and fmt in like else None)
         except Exception as exc:  # whatever a format's weights make the C++ refuse: that format runs in Python
             reasons.append(f"{fmt}: {first_line(exc)}")
     return steps, "; ".join(reasons) or None

@@ -289,7 +289,7 @@ def test_a_format_whose_step_fails_to_build_runs_in_python(models, monkeypatch) 
     fast = fast_forward.FastForward(models["llama"], pack=True, compiled=False)
 
     class Step:
-        def __init__(self, fast, linears, progress=None, tiles_from=None) -> None:
+        def __init__(self, fast, linears, progress=None, like=None) -> None:
             if linears == "int8 linears":
                 raise TypeError("add_linear(): incompatible function arguments")
 
@@ -544,6 +544,44 @@ def test_steps_on_quantized_weights_give_the_kernels_results_through_bfloat16_ti
     assert float((tiles - kernel).abs().max() / kernel.abs().max()) < 2e-2
     assert torch.equal(tiles.argmax(-1), kernel.argmax(-1))
     assert float((caches[0] - caches[1]).abs().max()) < 2e-2 * float(caches[1].abs().max())
+
+
+@needs_library
+@pytest.mark.parametrize("plan", ["int4", "Q4_K_M-like mix"])
+def test_steps_of_a_few_rows_may_multiply_int4_weights_with_int8_activations(folders, plan) -> None:
+    """For the row counts measured at load per input width (forced here to 2-16 rows: tiny weights never measure
+    it), int4 weights multiply int8 activations with VNNI dot products: a step of 12 rows gives the logits and the
+    cache torch's kernels give, within the activations' rounding."""
+    from engine.model import int4pack
+    from tests.helpers import hold_as_stored
+
+    if int4pack.layout() is None or not torch.ops.studio.int4_vnni():
+        pytest.skip("this CPU or build has no VNNI int4 products (their plain loops are tested in test_tiles.py)")
+    model = hold_as_stored(_model(folders["llama"]), STORED_PLANS[plan], embed="int8", head="int8")
+    fast = fast_forward.FastForward(model)
+    step = fast.compiled[fast.stored_format]
+    assert step.vnni_rows and all(rows == (0, 0) for rows in step.vnni_rows.values())  # tiny: never measured
+    rows = 12
+    ids = torch.randint(0, model.config.vocab_size, (rows + 1,), generator=torch.Generator().manual_seed(8)).tolist()
+    runs, caches = [], []
+    for start in (2, 0):  # int8 activations from two rows, then never
+        for width in step.vnni_rows:
+            step.model.use_vnni(width, start, 16)
+        request = Request("r", ids, SamplingParams())
+        request.page_table = list(range(rows // PAGE + 1))
+        cache = _cache(fast, torch.bfloat16)
+        with torch.inference_mode():
+            chunks = [ScheduledChunk(request, rows, 0, samples=True)]
+            batch = pack(plan_step(chunks, cache.page_size)[0], cache, tables=True)
+            runs.append(fast(batch.context, batch.input_ids, batch.positions, batch.keep, tables=batch.tables))
+            assert fast.last_compiled
+        caches.append(cache.storage.float())
+    vnni, kernel = runs
+    assert not torch.equal(vnni, kernel)  # they ran
+    assert float((vnni - kernel).abs().max() / kernel.abs().max()) < 3e-2
+    assert float((caches[0] - caches[1]).abs().max()) < 3e-2 * float(caches[1].abs().max())
+    with pytest.raises(ValueError, match="range of row counts"):
+        step.model.use_vnni(next(iter(step.vnni_rows)), 8, 4)
 
 
 @needs_library

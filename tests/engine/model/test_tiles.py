@@ -138,3 +138,100 @@ def test_the_status_bar_hears_of_a_measurement_only_when_one_runs(monkeypatch) -
     assert len(told) == 1 and told[0].startswith("measuring int8 products")
     assert tiles.tiles_from("int8", weight.q, weight.scale, told.append) == first  # remembered: nothing to say
     assert len(told) == 1
+
+
+def _int4_with_int8_activations(x: torch.Tensor, linear: Int4Linear) -> torch.Tensor:
+    """int4_vnni_mm's arithmetic in torch, step by step in float32: each row's groups of 32 quantized to int8 against
+    their largest magnitude, integer dot products with the codes, then per group the scale's and the zero's terms
+    added with fused multiply-adds."""
+    rows, k = x.shape
+    groups = x.float().view(rows, k // 32, 32)
+    amax = groups.abs().amax(-1)
+    step = amax / 127
+    # a true division (torch's 127 / tensor multiplies by the reciprocal, rounding twice)
+    inverse = torch.where(amax > 0, torch.full_like(amax, 127.0) / amax, torch.zeros_like(amax))
+    scaled = groups * inverse[..., None]
+    q = (scaled.sign() * (scaled.abs() + 0.5).floor()).clamp(-127, 127)  # halves away from zero
+    total = step * q.sum(-1)  # [rows, groups]
+    codes = linear.codes(torch.arange(linear.out_features)).double().view(linear.out_features, k // 32, 32)
+    dots = torch.einsum("mgk,ngk->mng", q.double(), codes).float()  # exact integers
+    parts = linear.scales_and_zeros[:, : linear.out_features].float()  # [groups, N, 2]
+    scale, zero = parts[..., 0].t(), parts[..., 1].t()  # [N, groups]
+    offset = zero - 8 * scale
+
+    def fused(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:  # a * b + c rounded once
+        return (a.double() * b.double() + c.double()).float()  # the float32 products are exact in float64
+
+    out = torch.zeros(rows, linear.out_features)
+    for g in range(k // 32):
+        out = fused(dots[:, :, g], scale[:, g][None, :] * step[:, g][:, None], out)
+        out = fused(offset[:, g][None, :], total[:, g][:, None], out)
+    return out
+
+
+@pytest.mark.parametrize("rows", [1, 5, 16])
+def test_int4_weights_times_int8_activations_are_computed_as_specified(rows) -> None:
+    """int4_vnni_mm, on any CPU (VNNI dot products over whole split blocks where the build has them, plain loops for
+    the rest and elsewhere): bit for bit its specification in torch, within the activations' rounding of the exact
+    product, and a row's result is the same alone as among others. 208 rows: three whole blocks and a short one."""
+    layout = int4pack.layout()
+    if layout is None:
+        pytest.skip("this torch's int4 packing layout is unknown here")
+    generator = torch.Generator().manual_seed(6)
+    linear = Int4Linear(torch.randn(208, 640, generator=generator) * 0.05, None)
+    x = torch.randn(rows, 640, generator=generator).to(torch.bfloat16)
+    scales = linear.scales_and_zeros.contiguous()
+    got = torch.ops.studio.int4_vnni_mm(x, linear.packed, scales, layout.block, layout.split)
+    assert got.shape == (rows, linear.packed.shape[0]) and got.dtype == torch.float32
+    assert torch.equal(got[:, :208], _int4_with_int8_activations(x, linear))
+    exact = x.double() @ linear.dequantize().double().t()
+    assert _close(got[:, :208], exact) < 1.5e-2  # half a step of each group's largest / 127, summed over groups
+    for row in range(rows):
+        alone = torch.ops.studio.int4_vnni_mm(x[row : row + 1], linear.packed, scales, layout.block, layout.split)
+        assert torch.equal(alone[0], got[row])
+
+
+def test_int8_activations_start_where_measured_forced_or_never(monkeypatch, tmp_path) -> None:
+    monkeypatch.setattr(formats_, "_store", lambda: tmp_path / "weight-formats.json")
+    if int4pack.layout() is None:
+        pytest.skip("this torch's int4 packing layout is unknown here")
+    small = Int4Linear(torch.randn(64, 64) * 0.05, None)
+    scales = small.scales_and_zeros.contiguous()
+    monkeypatch.delenv(tiles.VNNI_ENV, raising=False)
+    assert tiles.vnni_rows(small.packed, scales, 0) == (0, 0)  # tiny: never measured
+    monkeypatch.setenv(tiles.VNNI_ENV, "never")
+    assert tiles.vnni_rows(small.packed, scales, 0) == (0, 0)
+    monkeypatch.setenv(tiles.VNNI_ENV, "always")
+    everywhere = (tiles.BUCKETS[0], tiles.BUCKETS[-1])
+    assert tiles.vnni_rows(small.packed, scales, 0) == (everywhere if torch.ops.studio.int4_vnni() else (0, 0))
+    if not torch.ops.studio.int4_vnni():
+        return
+    monkeypatch.delenv(tiles.VNNI_ENV)
+    weight = Int4Linear(torch.randn(1024, 2048) * 0.05, None)  # 2M weights: measured
+    told: list[str] = []
+    first = tiles.vnni_rows(weight.packed, weight.scales_and_zeros.contiguous(), 0, told.append)
+    assert first == (0, 0) or (first[0] <= first[1] and first[1] in tiles.BUCKETS)
+    assert told and "int8 activations (VNNI)" in told[0]
+    assert tiles.vnni_rows(weight.packed, weight.scales_and_zeros.contiguous(), 0, told.append) == first
+    assert len(told) == 1  # remembered: nothing to say
+
+
+@pytest.mark.parametrize(
+    ("wins", "rows"),
+    [((4, 8), (3, 8)), ((2, 8, 16), (5, 16)), ((2, 4, 16), (2, 4)), ((), (0, 0)), ((2, 4, 8, 16), (2, 16))],
+)
+def test_int8_activations_take_the_longest_run_of_buckets_they_win(monkeypatch, wins, rows) -> None:
+    """A bucket holds the rows above the one below it: winning at 4 and 8 (not 2 or 16) means 3 to 8 rows."""
+    if int4pack.layout() is None or not torch.ops.studio.int4_vnni():
+        pytest.skip("this CPU or build has no VNNI int4 products: never chosen")
+
+    def measure(passes, buckets, key=None, budget_s=None):
+        for run in passes.values():  # both routes run on the weight itself
+            run(buckets[0])
+        return formats_.FormatChoice({b: tiles.VNNI if b in wins else tiles.OTHERS for b in buckets})
+
+    monkeypatch.setattr(formats_, "measure", measure)
+    monkeypatch.delenv(tiles.VNNI_ENV, raising=False)
+    monkeypatch.setattr(tiles, "MIN_WEIGHTS", 0)
+    weight = Int4Linear(torch.randn(64, 64) * 0.05, None)
+    assert tiles.vnni_rows(weight.packed, weight.scales_and_zeros.contiguous(), 0) == rows
