@@ -135,6 +135,9 @@ def build(name: str, tokenizer, scale: float = 1.0) -> Workload:
     if name == "chat4":
         reqs = [asked(p, 128) for p in chat_prompts(4)]
         return Workload(name, "4 different chat prompts at once, 128 new tokens each", reqs)
+    if name == "chat8":
+        reqs = [asked(p, 64) for p in chat_prompts(8)]
+        return Workload(name, "8 different chat prompts at once, 64 new tokens each", reqs)
     if name == "chat16":
         reqs = [asked(p, 64) for p in chat_prompts(16)]
         return Workload(name, "16 different chat prompts at once, 64 new tokens each", reqs)
@@ -165,7 +168,9 @@ def build(name: str, tokenizer, scale: float = 1.0) -> Workload:
 
 
 SAMPLED = {"temperature": 0.8, "top_p": 0.95, "seed": 1}
-WORKLOADS = ["single", "sampled", "edit", "chat4", "chat16", "chat16-json", "chat64", "shared-prefix", "arrivals"]
+WORKLOADS = [
+    "single", "sampled", "edit", "chat4", "chat8", "chat16", "chat16-json", "chat64", "shared-prefix", "arrivals",
+]  # fmt: skip
 
 BASELINES = ("sequential", "static", "generate-batch", "llama-cpp-server")
 # Defaults keep one `bench` run to minutes on a 2-core CPU: the one-at-a-time baseline only where it finishes in
@@ -175,6 +180,7 @@ DEFAULT_BASELINES = {
     "sampled": ["llama-cpp-server"],  # transformers' baselines here decode greedily
     "edit": ["sequential", "llama-cpp-server"],
     "chat4": ["static", "llama-cpp-server"],
+    "chat8": ["llama-cpp-server"],
     "chat16": ["sequential", "static", "generate-batch", "llama-cpp-server"],
     "chat16-json": [],  # against chat16's own engine figures: what the grammar costs
     "chat64": ["static", "llama-cpp-server"],

@@ -56,6 +56,7 @@ def test_workloads_have_the_advertised_shapes(tiny_model_dir) -> None:
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     sizes = {name: build(name, tokenizer) for name in WORKLOADS}
     assert len(sizes["single"].requests) == 1 and sizes["single"].output_tokens == 128
+    assert len(sizes["chat8"].requests) == 8 and sizes["chat8"].output_tokens == 8 * 64
     assert len(sizes["chat16"].requests) == 16 and sizes["chat16"].output_tokens == 16 * 64
     assert len(sizes["chat64"].requests) == 64 and sizes["chat64"].output_tokens == 64 * 128
     assert len({tuple(r.prompt_ids) for r in sizes["chat64"].requests}) == 64
