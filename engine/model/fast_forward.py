@@ -408,8 +408,8 @@ def first_layers(model: nn.Module, count: int) -> Iterator[None]:
 
 _ATTR = "_studio_fast_forward"
 _REJECTED = "_studio_fast_forward_rejected"
-# prefill (longer than the compiled step's attention loops take), a chunk over cached pages (7 rows: where int4
-# weights may multiply int8 activations, tiles.VNNI_ROWS), two decode steps
+# prefill (longer than the compiled step's attention loops take), a chunk over cached pages (7 rows: among those
+# where int4 weights may multiply int8 activations, tiles.vnni_rows), two decode steps
 CHECK_STAGES = ((0, 17), (17, 7), (24, 1), (25, 1))
 TOLERANCE = {torch.float32: 1e-3, torch.bfloat16: 5e-2, torch.float16: 2e-2}  # of the logits' scale
 # weight formats' own rounding: a sanity bound (a layout bug is off by the logits' whole scale), not an accuracy claim

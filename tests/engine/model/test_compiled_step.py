@@ -504,6 +504,18 @@ def test_a_broken_build_fails_the_suite_and_only_a_missing_compiler_skips(tmp_pa
     assert outcome in done.stdout.splitlines()[-1], done.stdout[-2000:]
 
 
+def _prompt_step(fast, ids: list[int], rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """One step of a prompt's first `rows` tokens through a fresh bfloat16 cache: (logits, the cache as float32)."""
+    request = Request("r", ids, SamplingParams())
+    request.page_table = list(range(rows // PAGE + 1))
+    cache = _cache(fast, torch.bfloat16)
+    with torch.inference_mode():
+        chunks = [ScheduledChunk(request, rows, 0, samples=True)]
+        batch = pack(plan_step(chunks, cache.page_size)[0], cache, tables=True)
+        logits = fast(batch.context, batch.input_ids, batch.positions, batch.keep, tables=batch.tables)
+    return logits, cache.storage.float()
+
+
 @needs_library
 @pytest.mark.parametrize("rows", [12, 76])
 @pytest.mark.parametrize("plan", ["int4", "int8", "Q4_K_M-like mix"])
@@ -530,15 +542,10 @@ def test_steps_on_quantized_weights_give_the_kernels_results_through_bfloat16_ti
     for start in (1, 0):  # tiles from one row, then never
         step.tiles_from = dict.fromkeys(step.tiles_from, start)
         step.model.use_tiles(start, start, layout.block if layout else 32, bool(layout and layout.split))
-        request = Request("r", ids, SamplingParams())
-        request.page_table = list(range(rows // PAGE + 1))
-        cache = _cache(fast, torch.bfloat16)
-        with torch.inference_mode():
-            chunks = [ScheduledChunk(request, rows, 0, samples=True)]
-            batch = pack(plan_step(chunks, cache.page_size)[0], cache, tables=True)
-            runs.append(fast(batch.context, batch.input_ids, batch.positions, batch.keep, tables=batch.tables))
-            assert fast.last_compiled == (start == 1 or rows < quantized.UNPACK_FROM_ROWS)
-        caches.append(cache.storage.float())
+        logits, cache = _prompt_step(fast, ids, rows)
+        runs.append(logits)
+        assert fast.last_compiled == (start == 1 or rows < quantized.UNPACK_FROM_ROWS)
+        caches.append(cache)
     tiles, kernel = runs
     assert not torch.equal(tiles, kernel)  # the tiles ran: their sums are float32, the kernels' bfloat16
     assert float((tiles - kernel).abs().max() / kernel.abs().max()) < 2e-2
@@ -567,15 +574,10 @@ def test_steps_of_a_few_rows_may_multiply_int4_weights_with_int8_activations(fol
     for start in (2, 0):  # int8 activations from two rows, then never
         for width in step.vnni_rows:
             step.model.use_vnni(width, start, 16)
-        request = Request("r", ids, SamplingParams())
-        request.page_table = list(range(rows // PAGE + 1))
-        cache = _cache(fast, torch.bfloat16)
-        with torch.inference_mode():
-            chunks = [ScheduledChunk(request, rows, 0, samples=True)]
-            batch = pack(plan_step(chunks, cache.page_size)[0], cache, tables=True)
-            runs.append(fast(batch.context, batch.input_ids, batch.positions, batch.keep, tables=batch.tables))
-            assert fast.last_compiled
-        caches.append(cache.storage.float())
+        logits, cache = _prompt_step(fast, ids, rows)
+        runs.append(logits)
+        assert fast.last_compiled
+        caches.append(cache)
     vnni, kernel = runs
     assert not torch.equal(vnni, kernel)  # they ran
     assert float((vnni - kernel).abs().max() / kernel.abs().max()) < 3e-2
