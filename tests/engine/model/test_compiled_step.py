@@ -587,6 +587,25 @@ def test_steps_of_a_few_rows_may_multiply_int4_weights_with_int8_activations(fol
 
 
 @needs_library
+def test_the_check_allows_for_int8_activations_only_where_they_run(folders, monkeypatch) -> None:
+    """A 7B-shape file's lean forward was rejected (2.5e-2 against 2e-2) once int8 activations ran in the check: their
+    rounding is in its tolerance where a step uses them, and nowhere else."""
+    from engine.model import int4pack, tiles
+    from tests.helpers import hold_as_stored
+
+    if int4pack.layout() is None or not torch.ops.studio.int4_vnni():
+        pytest.skip("this CPU or build has no VNNI int4 products")
+    checks = {}
+    for forced in ("always", "never"):
+        monkeypatch.setenv(tiles.VNNI_ENV, forced)
+        model = hold_as_stored(_model(folders["llama"]), STORED_PLANS["int4"], embed="int8", head="int8")
+        fast = fast_forward.build(model)
+        assert fast is not None and fast.check.passed
+        checks[forced] = fast.check.tolerance
+    assert checks["always"] >= fast_forward.INT8_ACTIVATIONS_TOLERANCE > checks["never"]
+
+
+@needs_library
 def test_the_fast_path_checks_a_part_of_the_model_with_the_tiles_measured_for_the_whole(folders, monkeypatch) -> None:
     """The check runs the first layers' own compiled steps: they take the whole model's measured row counts (the
     same routes as the steps that serve), and nothing is measured a second time while the model loads."""
