@@ -241,8 +241,10 @@ bool tiles_vnni() {  // asked on every tiled product: the CPU's answer, once
   return vnni;
 }
 
-// torch's int4 packing of a weight with rows of k inputs: [padded rows, k / 2] bytes, scales and zeros beside it
-void check_int4_packing(const Tensor& packed, const Tensor& sz, int64_t k) {
+// torch's int4 packing of a weight with rows of k inputs, in blocks of `block` rows: [padded rows, k / 2] bytes,
+// scales and zeros beside it
+void check_int4_packing(const Tensor& packed, const Tensor& sz, int64_t k, int64_t block) {
+  TORCH_CHECK_VALUE(block == 32 || block == 64, "packing blocks are 32 or 64 rows, not ", block);
   const int64_t padded = packed.size(0);
   TORCH_CHECK_VALUE(packed.dim() == 2 && packed.scalar_type() == at::kByte && packed.is_contiguous() &&
                         packed.size(1) * 2 == k && k % 32 == 0 && padded % 16 == 0,
@@ -255,11 +257,10 @@ void check_int4_packing(const Tensor& packed, const Tensor& sz, int64_t k) {
 // x [M, K] bfloat16 @ the int4 weight (torch's packing: blocks of `block` rows, halves sharing bytes when `split`)
 // -> float32 [M, padded rows]
 Tensor int4_tiles_mm(const Tensor& x, const Tensor& packed, const Tensor& sz, int64_t block, bool split, bool vnni) {
-  TORCH_CHECK_VALUE(block == 32 || block == 64, "packing blocks are 32 or 64 rows, not ", block);
   TORCH_CHECK_VALUE(!vnni || tiles_vnni(), "this CPU's brgemm takes no pairs of bfloat16 columns");
   TORCH_CHECK_TYPE(x.dim() == 2 && x.scalar_type() == at::kBFloat16, "int4 tiles multiply bfloat16 rows [M, K]");
   const int64_t m = x.size(0), k = x.size(1), padded = packed.size(0);
-  check_int4_packing(packed, sz, k);
+  check_int4_packing(packed, sz, k, block);
   const Tensor rows = x.contiguous();
   Tensor out = at::empty({m, padded}, x.options().dtype(at::kFloat));
   const auto* a = rows.data_ptr<at::BFloat16>();
@@ -442,10 +443,9 @@ Tensor int8_exact_mm(const Tensor& x, const Tensor& q, const Tensor& scale) {
 // over k in order for every row (a 3B model's 49152 x 2048 int4 head: ~1.8 s a row through dequantize's read-back
 // in Python, a few ms here)
 Tensor int4_exact_mm(const Tensor& x, const Tensor& packed, const Tensor& sz, int64_t block, bool split) {
-  TORCH_CHECK_VALUE(block == 32 || block == 64, "packing blocks are 32 or 64 rows, not ", block);
   TORCH_CHECK_TYPE(x.dim() == 2 && x.scalar_type() == at::kFloat, "the exact head multiplies float32 rows [M, K]");
   const int64_t m = x.size(0), k = x.size(1), padded = packed.size(0);
-  check_int4_packing(packed, sz, k);
+  check_int4_packing(packed, sz, k, block);
   const Tensor rows = x.contiguous();
   Tensor out = at::empty({m, padded}, x.options());
   const float* xp = rows.data_ptr<float>();
@@ -632,10 +632,9 @@ void int4_vnni_block64(const uint8_t* src, const c10::BFloat16* sz, int64_t padd
 
 // x [M, K] bfloat16 @ the int4 weight (torch's packing) -> float32 [M, padded rows], activations as int8
 Tensor int4_vnni_mm(const Tensor& x, const Tensor& packed, const Tensor& sz, int64_t block, bool split) {
-  TORCH_CHECK_VALUE(block == 32 || block == 64, "packing blocks are 32 or 64 rows, not ", block);
   TORCH_CHECK_TYPE(x.dim() == 2 && x.scalar_type() == at::kBFloat16, "int4 VNNI multiplies bfloat16 rows [M, K]");
   const int64_t m = x.size(0), k = x.size(1), padded = packed.size(0);
-  check_int4_packing(packed, sz, k);
+  check_int4_packing(packed, sz, k, block);
   const Tensor rows = x.contiguous();
   std::vector<int8_t> q(m * k);
   std::vector<float> scale(m * k / 32), total(m * k / 32);

@@ -31,19 +31,25 @@ def _close(got: torch.Tensor, want: torch.Tensor) -> float:
     return float((got.double() - want).abs().max() / want.abs().max())
 
 
+def _int4_case(rows: int, seed: int) -> tuple[int4pack.Layout, Int4Linear, torch.Tensor, torch.Tensor]:
+    """(layout, a 208x640 int4 weight, `rows` bfloat16 rows, its contiguous scales): three whole packing blocks of 64
+    rows and a short one of 16; skipped where this torch's packing layout is unknown."""
+    layout = int4pack.layout()
+    if layout is None:
+        pytest.skip("this torch's int4 packing layout is unknown here")
+    generator = torch.Generator().manual_seed(seed)
+    linear = Int4Linear(torch.randn(208, 640, generator=generator) * 0.05, None)
+    x = torch.randn(rows, 640, generator=generator).to(torch.bfloat16)
+    return layout, linear, x, linear.scales_and_zeros.contiguous()
+
+
 @pytest.mark.parametrize("vnni", [False, True])
 @pytest.mark.parametrize("rows", [1, 5, 16])
 def test_int4_tiles_multiply_the_kernels_weights_rounded_to_bfloat16(vnni, rows) -> None:
     """208 weight rows: three whole packing blocks of 64 and a short one of 16 (torch packs those as row pairs);
     K = 640: a tile of 512 columns and a shorter one."""
     vnni = _layout(vnni)
-    layout = int4pack.layout()
-    if layout is None:
-        pytest.skip("this torch's int4 packing layout is unknown here")
-    generator = torch.Generator().manual_seed(3)
-    linear = Int4Linear(torch.randn(208, 640, generator=generator) * 0.05, None)
-    x = torch.randn(rows, 640, generator=generator).to(torch.bfloat16)
-    scales = linear.scales_and_zeros.contiguous()
+    layout, linear, x, scales = _int4_case(rows, seed=3)
     got = torch.ops.studio.int4_tiles_mm(x, linear.packed, scales, layout.block, layout.split, vnni)
     weights = linear.dequantize().to(torch.bfloat16).double()  # the tiles' weights: the kernel's, in bfloat16
     assert got.shape == (rows, linear.packed.shape[0]) and got.dtype == torch.float32
@@ -174,13 +180,7 @@ def test_int4_weights_times_int8_activations_are_computed_as_specified(rows) -> 
     """int4_vnni_mm, on any CPU (VNNI dot products over whole split blocks where the build has them, plain loops for
     the rest and elsewhere): bit for bit its specification in torch, within the activations' rounding of the exact
     product, and a row's result is the same alone as among others. 208 rows: three whole blocks and a short one."""
-    layout = int4pack.layout()
-    if layout is None:
-        pytest.skip("this torch's int4 packing layout is unknown here")
-    generator = torch.Generator().manual_seed(6)
-    linear = Int4Linear(torch.randn(208, 640, generator=generator) * 0.05, None)
-    x = torch.randn(rows, 640, generator=generator).to(torch.bfloat16)
-    scales = linear.scales_and_zeros.contiguous()
+    layout, linear, x, scales = _int4_case(rows, seed=6)
     got = torch.ops.studio.int4_vnni_mm(x, linear.packed, scales, layout.block, layout.split)
     assert got.shape == (rows, linear.packed.shape[0]) and got.dtype == torch.float32
     assert torch.equal(got[:, :208], _int4_with_int8_activations(x, linear))
