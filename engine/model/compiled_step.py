@@ -295,16 +295,31 @@ class CompiledStep:
             self.tiles_from.get(INT4, 0), self.tiles_from.get(INT8, 0), layout.block if layout else 0,
             bool(layout and layout.split),
         )  # fmt: skip
-        #: per input width, the rows (first, last) for which int4 weights multiply int8 activations (VNNI), measured
-        #: on the largest weight of that width: how a block's weights stay in cache differs with it
-        self.vnni_rows: dict[int, tuple[int, int]] = {}
+        #: per input width, the rows for which int4 weights multiply int8 activations (VNNI, AMX), measured on the
+        #: largest weight of that width: how a block's weights stay in cache differs with it
+        self.vnni_rows: dict[int, tiles.Int8Activations] = {}
         for width, weight in widest_int4.items():
-            rows = like.vnni_rows.get(width, (0, 0)) if like is not None else None
+            rows = like.vnni_rows.get(width, tiles.NEVER) if like is not None else None
             if rows is None:
                 rows = tiles.vnni_rows(*weight, self.tiles_from.get(INT4, 0), progress)
             self.vnni_rows[width] = rows
-            if rows[0]:
+            if rows.first:
                 self.model.use_vnni(width, *rows)
+        #: the rows (first, last) for which int8 weights multiply int8 activations in AMX tiles, measured on the largest
+        self.int8_amx_rows = (0, 0)
+        if INT8 in largest:
+            self.int8_amx_rows = (
+                like.int8_amx_rows
+                if like is not None
+                else tiles.int8_amx_rows(*largest[INT8], self.tiles_from.get(INT8, 0), progress)
+            )
+            if self.int8_amx_rows[0]:
+                self.model.use_int8_amx(*self.int8_amx_rows)
+
+    @property
+    def int8_activations(self) -> bool:
+        """Some weights here multiply int8 activations for some row counts (their rounding is in the check's bound)."""
+        return bool(self.int8_amx_rows[0] or any(rows.first for rows in self.vnni_rows.values()))
 
     @property
     def tiles_everywhere(self) -> bool:
@@ -318,10 +333,16 @@ class CompiledStep:
         or None where every step keeps torch's kernels."""
         used = [f"{kind} from {rows} rows" for kind, rows in sorted(self.tiles_from.items()) if rows]
         tiled = f"bfloat16 tiles for {', '.join(used)}" if used else None
-        ranges = sorted((width, rows) for width, rows in self.vnni_rows.items() if rows[0])
+        if self.int8_amx_rows[0]:
+            first, last = self.int8_amx_rows
+            tiled = f"{tiled}; " if tiled else ""
+            tiled += f"int8 activations for int8 at {first}-{last} rows (AMX)"
+        ranges = sorted((width, rows) for width, rows in self.vnni_rows.items() if rows.first)
         if not ranges:
             return tiled
-        vnni = "int8 activations for int4 " + ", ".join(f"{w}-wide at {a}-{b} rows" for w, (a, b) in ranges)
+        amx = {width: f" (AMX from {rows.amx_from})" if rows.amx_from else "" for width, rows in ranges}
+        spans = ", ".join(f"{w}-wide at {r.first}-{r.last} rows{amx[w]}" for w, r in ranges)
+        vnni = f"int8 activations for int4 {spans}"
         return f"{tiled}; {vnni}" if tiled else vnni
 
     def forward(self, hidden, cos, sin, storage, chunks, pages) -> torch.Tensor:

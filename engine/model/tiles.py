@@ -5,9 +5,11 @@ many rows share a weight, the tiles convert each weight once per step)."""
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 
@@ -24,10 +26,24 @@ MEASURE_BUDGET_S = 0.6  # per kind: the load waits for it (later loads read the 
 MIN_WEIGHTS = 1 << 20
 VERSION = 4  # of the tiles' kernels in decode_step.cpp: a choice measured on an older one is measured again
 ENV = "INFERENCE_STUDIO_TILES"  # "never" or "always" instead of the measurement (a user's override, tests)
-# int4 weights times int8 activations (VNNI), for steps of a few rows: measured against the route that runs there
-OTHERS, VNNI = "kernel or tiles", "int8 activations"
-VNNI_VERSION = 1  # of int4_vnni_mm
-VNNI_ENV = "INFERENCE_STUDIO_VNNI"  # "never" or "always" instead of the measurement
+# int4 weights times int8 activations (VNNI dot products, or AMX tiles: the same floats), for steps of a few rows:
+# measured against the route that runs there
+OTHERS, VNNI, AMX = "kernel or tiles", "int8 activations", "int8 activations (AMX)"
+VNNI_VERSION = 2  # of int4_vnni_mm and int4_amx_mm
+#: "never", "always" (VNNI dot products) or "amx" (AMX tiles where the CPU has them) instead of the measurement
+VNNI_ENV = "INFERENCE_STUDIO_VNNI"
+
+
+class Int8Activations(NamedTuple):
+    """The rows (first..last; 0: never) for which int4 weights multiply int8 activations, and from which of them
+    with AMX tiles (0: VNNI dot products throughout)."""
+
+    first: int
+    last: int
+    amx_from: int = 0
+
+
+NEVER = Int8Activations(0, 0)
 
 
 def tiles_from(kind: str, a: torch.Tensor, b: torch.Tensor, progress: Callable[[str], None] | None = None) -> int:
@@ -53,44 +69,96 @@ def tiles_from(kind: str, a: torch.Tensor, b: torch.Tensor, progress: Callable[[
 
 def vnni_rows(
     a: torch.Tensor, b: torch.Tensor, tiles_start: int, progress: Callable[[str], None] | None = None
-) -> tuple[int, int]:
-    """For an int4 weight (packed, scales_and_zeros): the rows (first, last) for which int8 activations with VNNI
-    dot products (decode_step.cpp's int4_vnni_mm) beat what runs there otherwise (torch's kernel below tiles_start,
-    the tiles from it): the longest run of measured buckets they win; (0, 0) for none, or where this build has no
-    VNNI products."""
+) -> Int8Activations:
+    """For an int4 weight (packed, scales_and_zeros): the rows for which int8 activations (decode_step.cpp's
+    int4_vnni_mm, or int4_amx_mm where the CPU has AMX) beat what runs there otherwise (torch's kernel below
+    tiles_start, the tiles from it): the longest run of measured buckets they win, AMX from where it wins to the end
+    of that run; NEVER where this build has no VNNI products."""
     forced = os.environ.get(VNNI_ENV, "").strip().lower()
-    if forced not in ("", "never", "always"):
-        log.warning("%s=%r is not 'never' or 'always': measured instead", VNNI_ENV, forced)
+    if forced not in ("", "never", "always", "amx"):
+        log.warning("%s=%r is not 'never', 'always' or 'amx': measured instead", VNNI_ENV, forced)
     if forced == "never" or int4pack.layout() is None or not torch.ops.studio.int4_vnni():
-        return 0, 0
-    if forced == "always":
-        return BUCKETS[0], BUCKETS[-1]
+        return NEVER
+    amx = bool(torch.ops.studio.int4_amx())
+    if forced in ("always", "amx"):
+        return Int8Activations(BUCKETS[0], BUCKETS[-1], BUCKETS[0] if forced == "amx" and amx else 0)
     if a.shape[0] * a.shape[1] * 2 < MIN_WEIGHTS:
-        return 0, 0
-    key = formats_.machine_key("int4 vnni", VNNI_VERSION, tuple(a.shape), tiles_start, quantized.tiles_vnni())
-    if progress is not None and formats_.remembered(key, (OTHERS, VNNI), BUCKETS) is None:
-        progress("measuring int4 products: int8 activations (VNNI) against the bfloat16 tiles (once on this machine)")
+        return NEVER
+    routes = (OTHERS, VNNI, AMX) if amx else (OTHERS, VNNI)
+    key = formats_.machine_key("int4 vnni", VNNI_VERSION, tuple(a.shape), tiles_start, quantized.tiles_vnni(), amx)
+    if progress is not None and formats_.remembered(key, routes, BUCKETS) is None:
+        progress("measuring int4 products: int8 activations against the bfloat16 tiles (once on this machine)")
     others = _passes("int4", a, b, a.shape[1] * 2)
     inputs = {rows: torch.randn(rows, a.shape[1] * 2).to(torch.bfloat16) for rows in BUCKETS}
     scales, layout = b.contiguous(), int4pack.layout()
     passes = {
         OTHERS: lambda rows: others[TILES if 0 < tiles_start <= rows else KERNEL](rows),
         VNNI: lambda rows: torch.ops.studio.int4_vnni_mm(inputs[rows], a, scales, layout.block, layout.split),
+        AMX: lambda rows: torch.ops.studio.int4_amx_mm(inputs[rows], a, scales, layout.block, layout.split),
+    }
+    choice = formats_.measure({route: passes[route] for route in routes}, buckets=BUCKETS, key=key,
+                              budget_s=MEASURE_BUDGET_S)  # fmt: skip
+    best = _longest_run(choice, (VNNI, AMX))
+    if not best:
+        log.info("int4 weights %s: no int8 activations (%s)", tuple(a.shape), choice.describe())
+        return NEVER
+    found = Int8Activations(_first_row(best[0]), best[-1], 0)
+    amx_tail = list(itertools.takewhile(lambda rows: choice.chosen[rows] == AMX, reversed(best)))
+    if amx_tail:  # AMX from its first bucket of those that end the run
+        found = found._replace(amx_from=_first_row(amx_tail[-1]))
+    log.info("int4 weights %s: int8 activations for %s-%s rows%s (%s)", tuple(a.shape), found.first, found.last,
+             f", AMX tiles from {found.amx_from}" if found.amx_from else "", choice.describe())  # fmt: skip
+    return found
+
+
+def int8_amx_rows(
+    q: torch.Tensor, scale: torch.Tensor, tiles_start: int, progress: Callable[[str], None] | None = None
+) -> tuple[int, int]:
+    """For an int8 weight: the rows (first, last; (0, 0) for never) for which int8 activations in AMX tiles
+    (decode_step.cpp's int8_amx_mm) beat what runs there otherwise (torch's kernel below tiles_start, the bfloat16
+    tiles from it): the longest run of measured buckets they win. Never where the CPU has no AMX, or with
+    INFERENCE_STUDIO_VNNI=never or always (VNNI dot products throughout: int8 weights have none); all of them with
+    =amx."""
+    forced = os.environ.get(VNNI_ENV, "").strip().lower()
+    if forced in ("never", "always") or q.shape[1] % 32 or not torch.ops.studio.int4_amx():
+        return 0, 0
+    if forced == "amx":
+        return BUCKETS[0], BUCKETS[-1]
+    if q.numel() < MIN_WEIGHTS:
+        return 0, 0
+    key = formats_.machine_key("int8 amx", VNNI_VERSION, tuple(q.shape), tiles_start, quantized.tiles_vnni())
+    if progress is not None and formats_.remembered(key, (OTHERS, AMX), BUCKETS) is None:
+        progress("measuring int8 products: int8 activations against the bfloat16 tiles (once on this machine)")
+    others = _passes("int8", q, scale, q.shape[1])
+    inputs = {rows: torch.randn(rows, q.shape[1]).to(torch.bfloat16) for rows in BUCKETS}
+    passes = {
+        OTHERS: lambda rows: others[TILES if 0 < tiles_start <= rows else KERNEL](rows),
+        AMX: lambda rows: torch.ops.studio.int8_amx_mm(inputs[rows], q, scale),
     }
     choice = formats_.measure(passes, buckets=BUCKETS, key=key, budget_s=MEASURE_BUDGET_S)
+    best = _longest_run(choice, (AMX,))
+    found = (_first_row(best[0]), best[-1]) if best else (0, 0)
+    log.info("int8 weights %s: int8 activations for %s rows (%s)", tuple(q.shape),
+             f"{found[0]}-{found[1]}" if best else "no", choice.describe())  # fmt: skip
+    return found
+
+
+def _longest_run(choice: formats_.FormatChoice, winners: tuple[str, ...]) -> list[int]:
+    """The longest run of adjacent buckets where one of `winners` was measured fastest (of equals, the first)."""
     runs: list[list[int]] = []
     for rows in BUCKETS:
-        if choice.chosen[rows] == VNNI:
+        if choice.chosen[rows] in winners:
             if runs and runs[-1][-1] == BUCKETS[BUCKETS.index(rows) - 1]:
                 runs[-1].append(rows)
             else:
                 runs.append([rows])
-    best = max(runs, key=len, default=[])  # the longest; of equals, the first
-    first = 0 if not best else BUCKETS[0] if best[0] == BUCKETS[0] else BUCKETS[BUCKETS.index(best[0]) - 1] + 1
-    found = (first, best[-1]) if best else (0, 0)
-    log.info("int4 weights %s: int8 activations for %s rows (%s)", tuple(a.shape),
-             f"{found[0]}-{found[1]}" if best else "no", choice.describe())  # fmt: skip
-    return found
+    return max(runs, key=len, default=[])
+
+
+def _first_row(bucket: int) -> int:
+    """The first row a bucket holds: the one above the bucket below it (the first bucket holds its own)."""
+    index = BUCKETS.index(bucket)
+    return BUCKETS[0] if index == 0 else BUCKETS[index - 1] + 1
 
 
 def _first_of_winning_run(choice, winner: str) -> int:

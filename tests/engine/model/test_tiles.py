@@ -146,18 +146,29 @@ def test_the_status_bar_hears_of_a_measurement_only_when_one_runs(monkeypatch) -
     assert len(told) == 1
 
 
+def _int8_groups(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows [M, K] quantized to int8 per group of 32 against their largest magnitude: (codes [M, K / 32, 32] as
+    floats, steps [M, K / 32])."""
+    rows, k = x.shape
+    groups = x.float().view(rows, k // 32, 32)
+    amax = groups.abs().amax(-1)
+    # a true division (torch's 127 / tensor multiplies by the reciprocal, rounding twice)
+    inverse = torch.where(amax > 0, torch.full_like(amax, 127.0) / amax, torch.zeros_like(amax))
+    scaled = groups * inverse[..., None]
+    return (scaled.sign() * (scaled.abs() + 0.5).floor()).clamp(-127, 127), amax / 127  # halves away from zero
+
+
+def _fused(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    """a * b + c rounded once, in float32 (the float32 products are exact in float64)."""
+    return (a.double() * b.double() + c.double()).float()
+
+
 def _int4_with_int8_activations(x: torch.Tensor, linear: Int4Linear) -> torch.Tensor:
     """int4_vnni_mm's arithmetic in torch, step by step in float32: each row's groups of 32 quantized to int8 against
     their largest magnitude, integer dot products with the codes, then per group the scale's and the zero's terms
     added with fused multiply-adds."""
     rows, k = x.shape
-    groups = x.float().view(rows, k // 32, 32)
-    amax = groups.abs().amax(-1)
-    step = amax / 127
-    # a true division (torch's 127 / tensor multiplies by the reciprocal, rounding twice)
-    inverse = torch.where(amax > 0, torch.full_like(amax, 127.0) / amax, torch.zeros_like(amax))
-    scaled = groups * inverse[..., None]
-    q = (scaled.sign() * (scaled.abs() + 0.5).floor()).clamp(-127, 127)  # halves away from zero
+    q, step = _int8_groups(x)
     total = step * q.sum(-1)  # [rows, groups]
     codes = linear.codes(torch.arange(linear.out_features)).double().view(linear.out_features, k // 32, 32)
     dots = torch.einsum("mgk,ngk->mng", q.double(), codes).float()  # exact integers
@@ -165,29 +176,91 @@ def _int4_with_int8_activations(x: torch.Tensor, linear: Int4Linear) -> torch.Te
     scale, zero = parts[..., 0].t(), parts[..., 1].t()  # [N, groups]
     offset = zero - 8 * scale
 
-    def fused(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:  # a * b + c rounded once
-        return (a.double() * b.double() + c.double()).float()  # the float32 products are exact in float64
-
     out = torch.zeros(rows, linear.out_features)
     for g in range(k // 32):
-        out = fused(dots[:, :, g], scale[:, g][None, :] * step[:, g][:, None], out)
-        out = fused(offset[:, g][None, :], total[:, g][:, None], out)
+        out = _fused(dots[:, :, g], scale[:, g][None, :] * step[:, g][:, None], out)
+        out = _fused(offset[:, g][None, :], total[:, g][:, None], out)
     return out
 
 
-@pytest.mark.parametrize("rows", [1, 5, 16])
-def test_int4_weights_times_int8_activations_are_computed_as_specified(rows) -> None:
-    """int4_vnni_mm, on any CPU (VNNI dot products over whole split blocks where the build has them, plain loops for
-    the rest and elsewhere): bit for bit its specification in torch, within the activations' rounding of the exact
-    product, and a row's result is the same alone as among others. 208 rows: three whole blocks and a short one."""
+def _int8_with_int8_activations(x: torch.Tensor, linear: Int8Linear) -> torch.Tensor:
+    """int8_amx_mm's arithmetic in torch: the activations quantized as above, integer dot products with the codes
+    per group, each group's sums times its steps added with fused multiply-adds in group order, then the row scale."""
+    rows, k = x.shape
+    q, step = _int8_groups(x)
+    codes = linear.q.double().view(linear.out_features, k // 32, 32)
+    dots = torch.einsum("mgk,ngk->mng", q.double(), codes).float()  # exact integers
+    out = torch.zeros(rows, linear.out_features)
+    for g in range(k // 32):
+        out = _fused(dots[:, :, g], step[:, g][:, None].expand_as(out), out)
+    return out * linear.scale.float()[None, :]
+
+
+@pytest.mark.parametrize("rows", [1, 5, 16, 19])
+def test_int8_weights_times_int8_activations_are_computed_as_specified(rows) -> None:
+    """int8_amx_mm where the CPU has AMX tiles: bit for bit its specification in torch, within the activations'
+    rounding of the exact product, a row's result the same alone as among others. 200 weight rows: twelve tiles of
+    16 and a short one; 19 rows of activations: a tile of 16 and one of 3."""
+    if not torch.ops.studio.int4_amx():
+        pytest.skip("this CPU or build has no AMX int8 tiles")
+    generator = torch.Generator().manual_seed(9)
+    linear = Int8Linear(torch.randn(200, 640, generator=generator) * 0.05, None)
+    x = torch.randn(rows, 640, generator=generator).to(torch.bfloat16)
+    x[:, :32] = torch.tensor([127.0, -126.5, 2.5, -2.5, 0.5, -0.5, 3.5, 100.5] * 4)  # halves: away from zero
+    got = torch.ops.studio.int8_amx_mm(x, linear.q, linear.scale)
+    assert got.shape == (rows, 200) and got.dtype == torch.float32
+    assert torch.equal(got, _int8_with_int8_activations(x, linear))
+    exact = x.double() @ linear.dequantize().double().t()
+    assert _close(got, exact) < 1.5e-2
+    for row in range(rows):
+        assert torch.equal(torch.ops.studio.int8_amx_mm(x[row : row + 1], linear.q, linear.scale)[0], got[row])
+    with pytest.raises(ValueError, match="multiple of 32"):
+        torch.ops.studio.int8_amx_mm(x[:, :48], linear.q[:, :48].contiguous(), linear.scale)
+
+
+def test_int8_weights_take_int8_activations_where_measured_forced_or_never(monkeypatch, tmp_path) -> None:
+    monkeypatch.setattr(formats_, "_store", lambda: tmp_path / "weight-formats.json")
+    small = Int8Linear(torch.randn(64, 64), None)
+    for forced, expected in (("never", (0, 0)), ("always", (0, 0)), ("amx", (tiles.BUCKETS[0], tiles.BUCKETS[-1]))):
+        monkeypatch.setenv(tiles.VNNI_ENV, forced)
+        assert tiles.int8_amx_rows(small.q, small.scale, 0) == (expected if torch.ops.studio.int4_amx() else (0, 0))
+    monkeypatch.delenv(tiles.VNNI_ENV)
+    assert tiles.int8_amx_rows(small.q, small.scale, 0) == (0, 0)  # tiny: never measured
+    odd = Int8Linear(torch.randn(64, 40), None)  # rows that are not groups of 32 inputs: never
+    monkeypatch.setenv(tiles.VNNI_ENV, "amx")
+    assert tiles.int8_amx_rows(odd.q, odd.scale, 0) == (0, 0)
+    monkeypatch.delenv(tiles.VNNI_ENV)
+    if not torch.ops.studio.int4_amx():
+        return
+    weight = Int8Linear(torch.randn(1024, 2048) * 0.05, None)  # 2M weights: measured
+    told: list[str] = []
+    first = tiles.int8_amx_rows(weight.q, weight.scale, 0, told.append)
+    assert first == (0, 0) or (first[0] <= first[1] and first[1] in tiles.BUCKETS)
+    assert told and told[0].startswith("measuring int8 products: int8 activations")
+    assert tiles.int8_amx_rows(weight.q, weight.scale, 0, told.append) == first
+    assert len(told) == 1  # remembered: nothing to say
+
+
+@pytest.mark.parametrize("product", ["int4_vnni_mm", "int4_amx_mm"])
+@pytest.mark.parametrize("rows", [1, 5, 16, 19])
+def test_int4_weights_times_int8_activations_are_computed_as_specified(rows, product) -> None:
+    """int4_vnni_mm on any CPU (VNNI dot products over whole split blocks where the build has them, plain loops for
+    the rest and elsewhere), and int4_amx_mm where the CPU has AMX tiles: bit for bit their specification in torch,
+    within the activations' rounding of the exact product, and a row's result is the same alone as among others.
+    208 rows: three whole blocks and a short one; 19 rows: a tile of 16 and one of 3. Some groups' values are
+    halfway between two int8 steps (their largest is 127, so the scaled values are the values): they round away
+    from zero."""
+    if product == "int4_amx_mm" and not torch.ops.studio.int4_amx():
+        pytest.skip("this CPU or build has no AMX int8 tiles")
     layout, linear, x, scales = _int4_case(rows, seed=6)
-    got = torch.ops.studio.int4_vnni_mm(x, linear.packed, scales, layout.block, layout.split)
+    x[:, :32] = torch.tensor([127.0, -126.5, 2.5, -2.5, 0.5, -0.5, 3.5, 100.5] * 4)  # exact in bfloat16
+    got = getattr(torch.ops.studio, product)(x, linear.packed, scales, layout.block, layout.split)
     assert got.shape == (rows, linear.packed.shape[0]) and got.dtype == torch.float32
     assert torch.equal(got[:, :208], _int4_with_int8_activations(x, linear))
     exact = x.double() @ linear.dequantize().double().t()
     assert _close(got[:, :208], exact) < 1.5e-2  # half a step of each group's largest / 127, summed over groups
     for row in range(rows):
-        alone = torch.ops.studio.int4_vnni_mm(x[row : row + 1], linear.packed, scales, layout.block, layout.split)
+        alone = getattr(torch.ops.studio, product)(x[row : row + 1], linear.packed, scales, layout.block, layout.split)
         assert torch.equal(alone[0], got[row])
 
 
@@ -198,37 +271,56 @@ def test_int8_activations_start_where_measured_forced_or_never(monkeypatch, tmp_
     small = Int4Linear(torch.randn(64, 64) * 0.05, None)
     scales = small.scales_and_zeros.contiguous()
     monkeypatch.delenv(tiles.VNNI_ENV, raising=False)
-    assert tiles.vnni_rows(small.packed, scales, 0) == (0, 0)  # tiny: never measured
+    assert tiles.vnni_rows(small.packed, scales, 0) == tiles.NEVER  # tiny: never measured
     monkeypatch.setenv(tiles.VNNI_ENV, "never")
-    assert tiles.vnni_rows(small.packed, scales, 0) == (0, 0)
+    assert tiles.vnni_rows(small.packed, scales, 0) == tiles.NEVER
+    vnni, amx = torch.ops.studio.int4_vnni(), torch.ops.studio.int4_amx()
     monkeypatch.setenv(tiles.VNNI_ENV, "always")
-    everywhere = (tiles.BUCKETS[0], tiles.BUCKETS[-1])
-    assert tiles.vnni_rows(small.packed, scales, 0) == (everywhere if torch.ops.studio.int4_vnni() else (0, 0))
-    if not torch.ops.studio.int4_vnni():
+    everywhere = tiles.Int8Activations(tiles.BUCKETS[0], tiles.BUCKETS[-1])
+    assert tiles.vnni_rows(small.packed, scales, 0) == (everywhere if vnni else tiles.NEVER)
+    monkeypatch.setenv(tiles.VNNI_ENV, "amx")  # AMX where the CPU has it, else VNNI
+    with_amx = everywhere._replace(amx_from=tiles.BUCKETS[0] if amx else 0)
+    assert tiles.vnni_rows(small.packed, scales, 0) == (with_amx if vnni else tiles.NEVER)
+    if not vnni:
         return
     monkeypatch.delenv(tiles.VNNI_ENV)
     weight = Int4Linear(torch.randn(1024, 2048) * 0.05, None)  # 2M weights: measured
     told: list[str] = []
     first = tiles.vnni_rows(weight.packed, weight.scales_and_zeros.contiguous(), 0, told.append)
-    assert first == (0, 0) or (first[0] <= first[1] and first[1] in tiles.BUCKETS)
-    assert told and "int8 activations (VNNI)" in told[0]
+    assert first == tiles.NEVER or (first.first <= first.last and first.last in tiles.BUCKETS)
+    assert first.amx_from == 0 or (amx and first.first <= first.amx_from <= first.last)
+    assert told and "int8 activations" in told[0]
     assert tiles.vnni_rows(weight.packed, weight.scales_and_zeros.contiguous(), 0, told.append) == first
     assert len(told) == 1  # remembered: nothing to say
 
 
 @pytest.mark.parametrize(
     ("wins", "rows"),
-    [((4, 8), (3, 8)), ((2, 8, 16), (5, 16)), ((2, 4, 16), (2, 4)), ((), (0, 0)), ((2, 4, 8, 16), (2, 16))],
+    [
+        ({4: "v", 8: "v"}, (3, 8, 0)),
+        ({2: "v", 8: "v", 16: "a"}, (5, 16, 9)),
+        ({2: "a", 4: "v", 16: "v"}, (2, 4, 0)),
+        ({}, (0, 0, 0)),
+        ({2: "v", 4: "v", 8: "v", 16: "v"}, (2, 16, 0)),
+        ({2: "v", 4: "a", 8: "v", 16: "a"}, (2, 16, 9)),
+        ({2: "a", 4: "a", 8: "a", 16: "a"}, (2, 16, 2)),
+    ],
 )
 def test_int8_activations_take_the_longest_run_of_buckets_they_win(monkeypatch, wins, rows) -> None:
-    """A bucket holds the rows above the one below it: winning at 4 and 8 (not 2 or 16) means 3 to 8 rows."""
+    """A bucket holds the rows above the one below it: winning at 4 and 8 (not 2 or 16) means 3 to 8 rows. VNNI
+    ("v") and AMX ("a") buckets make one run; AMX tiles run from the first of the AMX buckets that end it."""
     if int4pack.layout() is None or not torch.ops.studio.int4_vnni():
         pytest.skip("this CPU or build has no VNNI int4 products: never chosen")
+    has_amx = torch.ops.studio.int4_amx()
+    monkeypatch.setattr(torch.ops.studio, "int4_amx", lambda: True)  # measured as where the CPU has AMX
+    named = {"v": tiles.VNNI, "a": tiles.AMX}
 
     def measure(passes, buckets, key=None, budget_s=None):
-        for run in passes.values():  # both routes run on the weight itself
-            run(buckets[0])
-        return formats_.FormatChoice({b: tiles.VNNI if b in wins else tiles.OTHERS for b in buckets})
+        assert set(passes) == {tiles.OTHERS, tiles.VNNI, tiles.AMX}
+        for name, run in passes.items():  # the routes run on the weight itself (AMX where the CPU has it)
+            if name != tiles.AMX or has_amx:
+                run(buckets[0])
+        return formats_.FormatChoice({b: named[wins[b]] if b in wins else tiles.OTHERS for b in buckets})
 
     monkeypatch.setattr(formats_, "measure", measure)
     monkeypatch.delenv(tiles.VNNI_ENV, raising=False)
