@@ -19,6 +19,8 @@ from engine.model import int4pack, quantized
 log = logging.getLogger(__name__)
 
 BUCKETS = (2, 4, 8, 16)  # decode rows: one chat is torch's kernel's; a step of 64 rows or more runs Python's tiles
+# int8 activations are measured at one row too: a weight read once (one chat) streams faster through them on some shapes
+ACTIVATION_BUCKETS = (1, *BUCKETS)
 KERNEL, TILES = "kernel", "tiles"
 MEASURE_BUDGET_S = 0.6  # per kind: the load waits for it (later loads read the remembered choice)
 #: weights smaller than this stay on torch's kernels unmeasured: the tiles pay off only where a weight outgrows the
@@ -29,7 +31,7 @@ ENV = "INFERENCE_STUDIO_TILES"  # "never" or "always" instead of the measurement
 # int4 weights times int8 activations (VNNI dot products, or AMX tiles: the same floats), for steps of a few rows:
 # measured against the route that runs there
 OTHERS, VNNI, AMX = "kernel or tiles", "int8 activations", "int8 activations (AMX)"
-VNNI_VERSION = 2  # of int4_vnni_mm and int4_amx_mm
+VNNI_VERSION = 3  # of int4_vnni_mm, int4_amx_mm and int8_amx_mm, and the buckets they are measured at
 #: "never", "always" (VNNI dot products) or "amx" (AMX tiles where the CPU has them) instead of the measurement
 VNNI_ENV = "INFERENCE_STUDIO_VNNI"
 
@@ -81,31 +83,32 @@ def vnni_rows(
         return NEVER
     amx = bool(torch.ops.studio.int4_amx())
     if forced in ("always", "amx"):
-        return Int8Activations(BUCKETS[0], BUCKETS[-1], BUCKETS[0] if forced == "amx" and amx else 0)
+        first, last = ACTIVATION_BUCKETS[0], ACTIVATION_BUCKETS[-1]
+        return Int8Activations(first, last, first if forced == "amx" and amx else 0)
     if a.shape[0] * a.shape[1] * 2 < MIN_WEIGHTS:
         return NEVER
     routes = (OTHERS, VNNI, AMX) if amx else (OTHERS, VNNI)
     key = formats_.machine_key("int4 vnni", VNNI_VERSION, tuple(a.shape), tiles_start, quantized.tiles_vnni(), amx)
-    if progress is not None and formats_.remembered(key, routes, BUCKETS) is None:
+    if progress is not None and formats_.remembered(key, routes, ACTIVATION_BUCKETS) is None:
         progress("measuring int4 products: int8 activations against the bfloat16 tiles (once on this machine)")
-    others = _passes("int4", a, b, a.shape[1] * 2)
-    inputs = {rows: torch.randn(rows, a.shape[1] * 2).to(torch.bfloat16) for rows in BUCKETS}
+    others = _passes("int4", a, b, a.shape[1] * 2, ACTIVATION_BUCKETS)
+    inputs = {rows: torch.randn(rows, a.shape[1] * 2).to(torch.bfloat16) for rows in ACTIVATION_BUCKETS}
     scales, layout = b.contiguous(), int4pack.layout()
     passes = {
         OTHERS: lambda rows: others[TILES if 0 < tiles_start <= rows else KERNEL](rows),
         VNNI: lambda rows: torch.ops.studio.int4_vnni_mm(inputs[rows], a, scales, layout.block, layout.split),
         AMX: lambda rows: torch.ops.studio.int4_amx_mm(inputs[rows], a, scales, layout.block, layout.split),
     }
-    choice = formats_.measure({route: passes[route] for route in routes}, buckets=BUCKETS, key=key,
+    choice = formats_.measure({route: passes[route] for route in routes}, buckets=ACTIVATION_BUCKETS, key=key,
                               budget_s=MEASURE_BUDGET_S)  # fmt: skip
-    best = _longest_run(choice, (VNNI, AMX))
+    best = _longest_run(choice, (VNNI, AMX), ACTIVATION_BUCKETS)
     if not best:
         log.info("int4 weights %s: no int8 activations (%s)", tuple(a.shape), choice.describe())
         return NEVER
-    found = Int8Activations(_first_row(best[0]), best[-1], 0)
+    found = Int8Activations(_first_row(best[0], ACTIVATION_BUCKETS), best[-1], 0)
     amx_tail = list(itertools.takewhile(lambda rows: choice.chosen[rows] == AMX, reversed(best)))
     if amx_tail:  # AMX from its first bucket of those that end the run
-        found = found._replace(amx_from=_first_row(amx_tail[-1]))
+        found = found._replace(amx_from=_first_row(amx_tail[-1], ACTIVATION_BUCKETS))
     log.info("int4 weights %s: int8 activations for %s-%s rows%s (%s)", tuple(a.shape), found.first, found.last,
              f", AMX tiles from {found.amx_from}" if found.amx_from else "", choice.describe())  # fmt: skip
     return found
@@ -123,42 +126,42 @@ def int8_amx_rows(
     if forced in ("never", "always") or q.shape[1] % 32 or not torch.ops.studio.int4_amx():
         return 0, 0
     if forced == "amx":
-        return BUCKETS[0], BUCKETS[-1]
+        return ACTIVATION_BUCKETS[0], ACTIVATION_BUCKETS[-1]
     if q.numel() < MIN_WEIGHTS:
         return 0, 0
     key = formats_.machine_key("int8 amx", VNNI_VERSION, tuple(q.shape), tiles_start, quantized.tiles_vnni())
-    if progress is not None and formats_.remembered(key, (OTHERS, AMX), BUCKETS) is None:
+    if progress is not None and formats_.remembered(key, (OTHERS, AMX), ACTIVATION_BUCKETS) is None:
         progress("measuring int8 products: int8 activations against the bfloat16 tiles (once on this machine)")
-    others = _passes("int8", q, scale, q.shape[1])
-    inputs = {rows: torch.randn(rows, q.shape[1]).to(torch.bfloat16) for rows in BUCKETS}
+    others = _passes("int8", q, scale, q.shape[1], ACTIVATION_BUCKETS)
+    inputs = {rows: torch.randn(rows, q.shape[1]).to(torch.bfloat16) for rows in ACTIVATION_BUCKETS}
     passes = {
         OTHERS: lambda rows: others[TILES if 0 < tiles_start <= rows else KERNEL](rows),
         AMX: lambda rows: torch.ops.studio.int8_amx_mm(inputs[rows], q, scale),
     }
-    choice = formats_.measure(passes, buckets=BUCKETS, key=key, budget_s=MEASURE_BUDGET_S)
-    best = _longest_run(choice, (AMX,))
-    found = (_first_row(best[0]), best[-1]) if best else (0, 0)
+    choice = formats_.measure(passes, buckets=ACTIVATION_BUCKETS, key=key, budget_s=MEASURE_BUDGET_S)
+    best = _longest_run(choice, (AMX,), ACTIVATION_BUCKETS)
+    found = (_first_row(best[0], ACTIVATION_BUCKETS), best[-1]) if best else (0, 0)
     log.info("int8 weights %s: int8 activations for %s rows (%s)", tuple(q.shape),
              f"{found[0]}-{found[1]}" if best else "no", choice.describe())  # fmt: skip
     return found
 
 
-def _longest_run(choice: formats_.FormatChoice, winners: tuple[str, ...]) -> list[int]:
+def _longest_run(choice: formats_.FormatChoice, winners: tuple[str, ...], buckets: tuple[int, ...]) -> list[int]:
     """The longest run of adjacent buckets where one of `winners` was measured fastest (of equals, the first)."""
     runs: list[list[int]] = []
-    for rows in BUCKETS:
+    for rows in buckets:
         if choice.chosen[rows] in winners:
-            if runs and runs[-1][-1] == BUCKETS[BUCKETS.index(rows) - 1]:
+            if runs and runs[-1][-1] == buckets[buckets.index(rows) - 1]:
                 runs[-1].append(rows)
             else:
                 runs.append([rows])
     return max(runs, key=len, default=[])
 
 
-def _first_row(bucket: int) -> int:
+def _first_row(bucket: int, buckets: tuple[int, ...]) -> int:
     """The first row a bucket holds: the one above the bucket below it (the first bucket holds its own)."""
-    index = BUCKETS.index(bucket)
-    return BUCKETS[0] if index == 0 else BUCKETS[index - 1] + 1
+    index = buckets.index(bucket)
+    return buckets[0] if index == 0 else buckets[index - 1] + 1
 
 
 def _first_of_winning_run(choice, winner: str) -> int:
@@ -173,9 +176,9 @@ def _first_of_winning_run(choice, winner: str) -> int:
     return start
 
 
-def _passes(kind: str, a: torch.Tensor, b: torch.Tensor, in_features: int) -> dict:
+def _passes(kind: str, a: torch.Tensor, b: torch.Tensor, in_features: int, buckets: tuple[int, ...] = BUCKETS) -> dict:
     """Both routes on this weight, as the model's steps call them."""
-    inputs = {rows: torch.randn(rows, in_features).to(torch.bfloat16) for rows in BUCKETS}
+    inputs = {rows: torch.randn(rows, in_features).to(torch.bfloat16) for rows in buckets}
     if kind == "int4":
         scales = b.contiguous()
         return {

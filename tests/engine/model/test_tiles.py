@@ -221,7 +221,8 @@ def test_int8_weights_times_int8_activations_are_computed_as_specified(rows) -> 
 def test_int8_weights_take_int8_activations_where_measured_forced_or_never(monkeypatch, tmp_path) -> None:
     monkeypatch.setattr(formats_, "_store", lambda: tmp_path / "weight-formats.json")
     small = Int8Linear(torch.randn(64, 64), None)
-    for forced, expected in (("never", (0, 0)), ("always", (0, 0)), ("amx", (tiles.BUCKETS[0], tiles.BUCKETS[-1]))):
+    everywhere = (tiles.ACTIVATION_BUCKETS[0], tiles.ACTIVATION_BUCKETS[-1])
+    for forced, expected in (("never", (0, 0)), ("always", (0, 0)), ("amx", everywhere)):
         monkeypatch.setenv(tiles.VNNI_ENV, forced)
         assert tiles.int8_amx_rows(small.q, small.scale, 0) == (expected if torch.ops.studio.int4_amx() else (0, 0))
     monkeypatch.delenv(tiles.VNNI_ENV)
@@ -235,7 +236,7 @@ def test_int8_weights_take_int8_activations_where_measured_forced_or_never(monke
     weight = Int8Linear(torch.randn(1024, 2048) * 0.05, None)  # 2M weights: measured
     told: list[str] = []
     first = tiles.int8_amx_rows(weight.q, weight.scale, 0, told.append)
-    assert first == (0, 0) or (first[0] <= first[1] and first[1] in tiles.BUCKETS)
+    assert first == (0, 0) or (first[0] <= first[1] and first[1] in tiles.ACTIVATION_BUCKETS)
     assert told and told[0].startswith("measuring int8 products: int8 activations")
     assert tiles.int8_amx_rows(weight.q, weight.scale, 0, told.append) == first
     assert len(told) == 1  # remembered: nothing to say
@@ -276,10 +277,10 @@ def test_int8_activations_start_where_measured_forced_or_never(monkeypatch, tmp_
     assert tiles.vnni_rows(small.packed, scales, 0) == tiles.NEVER
     vnni, amx = torch.ops.studio.int4_vnni(), torch.ops.studio.int4_amx()
     monkeypatch.setenv(tiles.VNNI_ENV, "always")
-    everywhere = tiles.Int8Activations(tiles.BUCKETS[0], tiles.BUCKETS[-1])
+    everywhere = tiles.Int8Activations(tiles.ACTIVATION_BUCKETS[0], tiles.ACTIVATION_BUCKETS[-1])
     assert tiles.vnni_rows(small.packed, scales, 0) == (everywhere if vnni else tiles.NEVER)
     monkeypatch.setenv(tiles.VNNI_ENV, "amx")  # AMX where the CPU has it, else VNNI
-    with_amx = everywhere._replace(amx_from=tiles.BUCKETS[0] if amx else 0)
+    with_amx = everywhere._replace(amx_from=tiles.ACTIVATION_BUCKETS[0] if amx else 0)
     assert tiles.vnni_rows(small.packed, scales, 0) == (with_amx if vnni else tiles.NEVER)
     if not vnni:
         return
@@ -287,7 +288,7 @@ def test_int8_activations_start_where_measured_forced_or_never(monkeypatch, tmp_
     weight = Int4Linear(torch.randn(1024, 2048) * 0.05, None)  # 2M weights: measured
     told: list[str] = []
     first = tiles.vnni_rows(weight.packed, weight.scales_and_zeros.contiguous(), 0, told.append)
-    assert first == tiles.NEVER or (first.first <= first.last and first.last in tiles.BUCKETS)
+    assert first == tiles.NEVER or (first.first <= first.last and first.last in tiles.ACTIVATION_BUCKETS)
     assert first.amx_from == 0 or (amx and first.first <= first.amx_from <= first.last)
     assert told and "int8 activations" in told[0]
     assert tiles.vnni_rows(weight.packed, weight.scales_and_zeros.contiguous(), 0, told.append) == first
@@ -304,6 +305,8 @@ def test_int8_activations_start_where_measured_forced_or_never(monkeypatch, tmp_
         ({2: "v", 4: "v", 8: "v", 16: "v"}, (2, 16, 0)),
         ({2: "v", 4: "a", 8: "v", 16: "a"}, (2, 16, 9)),
         ({2: "a", 4: "a", 8: "a", 16: "a"}, (2, 16, 2)),
+        ({1: "v", 2: "v", 8: "a"}, (1, 2, 0)),
+        ({1: "v", 2: "a", 4: "a"}, (1, 4, 2)),
     ],
 )
 def test_int8_activations_take_the_longest_run_of_buckets_they_win(monkeypatch, wins, rows) -> None:
