@@ -122,25 +122,31 @@ def build(name: str, tokenizer, scale: float = 1.0) -> Workload:
         return BenchRequest(chat(text, system), n(tokens), messages=conversation(text, system))
 
     if name == "single":
-        return Workload(name, "1 chat request, 128 new tokens", [asked(chat_prompts(1)[0], 128)])
+        return Workload(name, f"1 chat request, {n(128)} new tokens", [asked(chat_prompts(1)[0], 128)])
     if name == "sampled":
         # what an OpenAI client sends (temperature and top_p, no top_k): every logit of a step counts, where greedy
         # picks need only the leaders'
         request = replace(asked(chat_prompts(1)[0], 128), **SAMPLED)
-        return Workload(name, "1 chat request sampled as OpenAI clients ask (temperature 0.8, top_p 0.95)", [request])
+        return Workload(
+            name,
+            f"1 chat request sampled as OpenAI clients ask (temperature 0.8, top_p 0.95), {n(128)} new tokens",
+            [request],
+        )
     if name == "edit":
         # one chat asking for an edit: the reply repeats most of its prompt (where prompt-lookup drafts pay)
         request = asked(EDIT_TEXT, 128)
-        return Workload(name, "1 chat request to correct a paragraph (the reply repeats it), 128 new tokens", [request])
+        return Workload(
+            name, f"1 chat request to correct a paragraph (the reply repeats it), {n(128)} new tokens", [request]
+        )
     if name == "chat4":
         reqs = [asked(p, 128) for p in chat_prompts(4)]
-        return Workload(name, "4 different chat prompts at once, 128 new tokens each", reqs)
+        return Workload(name, f"4 different chat prompts at once, {n(128)} new tokens each", reqs)
     if name == "chat8":
         reqs = [asked(p, 64) for p in chat_prompts(8)]
-        return Workload(name, "8 different chat prompts at once, 64 new tokens each", reqs)
+        return Workload(name, f"8 different chat prompts at once, {n(64)} new tokens each", reqs)
     if name == "chat16":
         reqs = [asked(p, 64) for p in chat_prompts(16)]
-        return Workload(name, "16 different chat prompts at once, 64 new tokens each", reqs)
+        return Workload(name, f"16 different chat prompts at once, {n(64)} new tokens each", reqs)
     if name == "chat16-json":
         schema = json.dumps(JSON_REPLY)
         asks = [f"{p} Answer in JSON." for p in chat_prompts(16)]
@@ -148,10 +154,10 @@ def build(name: str, tokenizer, scale: float = 1.0) -> Workload:
         return Workload(name, "chat16 with a JSON schema on every request (grammar-constrained)", reqs)
     if name == "chat64":
         reqs = [asked(p, 128) for p in chat_prompts(64)]
-        return Workload(name, "64 different chat prompts at once, 128 new tokens each", reqs)
+        return Workload(name, f"64 different chat prompts at once, {n(128)} new tokens each", reqs)
     if name == "shared-prefix":
         reqs = [asked(QUESTIONS[i % len(QUESTIONS)] + f" (ticket {i})", 32, SHARED_SYSTEM) for i in range(32)]
-        return Workload(name, "32 requests sharing a ~500-token system prompt, 32 new tokens each", reqs)
+        return Workload(name, f"32 requests sharing a ~500-token system prompt, {n(32)} new tokens each", reqs)
     if name == "arrivals":
         rng = random.Random(7)
         reqs = []

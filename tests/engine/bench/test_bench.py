@@ -64,6 +64,11 @@ def test_workloads_have_the_advertised_shapes(tiny_model_dir) -> None:
     assert len(shared) == 32 and all(r.prompt_ids[:400] == shared[0].prompt_ids[:400] for r in shared)
     arrivals = sizes["arrivals"]
     assert arrivals.has_arrivals and len({r.max_new_tokens for r in arrivals.requests}) > 1
+    # the report's heading says what ran: --scale 0.5 halves the new tokens, and the heading with them
+    halved = {name: build(name, tokenizer, scale=0.5) for name in ("single", "sampled", "chat16")}
+    assert "64 new tokens" in halved["single"].description and halved["single"].output_tokens == 64
+    assert "64 new tokens" in halved["sampled"].description
+    assert "32 new tokens each" in halved["chat16"].description and halved["chat16"].output_tokens == 16 * 32
 
 
 def test_every_system_makes_the_same_tokens_and_the_record_is_json(tiny_loaded) -> None:
