@@ -626,10 +626,10 @@ void int4_vnni_unit_plain(const uint8_t* src, int64_t count, bool pairs, const c
 #if defined(STUDIO_INT4_VNNI)
 #pragma GCC diagnostic push  // as above: GCC 12's own intrinsics' don't-care lanes
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-// MC rows of activations against a whole split block of 64 weight rows (byte j of a column: rows j and j + 32)
-template <int MC>
-void int4_vnni_block64(const uint8_t* src, const c10::BFloat16* sz, int64_t padded, int64_t row0, int64_t k,
-                       const int8_t* q, const float* scale, const float* total, int64_t m0, float* out) {
+// Columns 4 quad .. 4 quad + 3 of a group (32 columns of 32 bytes) of a whole split block of 64 weight rows (byte j
+// of a column: rows j and j + 32), as VNNI's groups of 4 along k: weight rows 0..15, 16..31 (low nibbles), 32..47,
+// 48..63 (high), 16 rows x 4 columns each
+inline void vnni_codes(const uint8_t* columns, int quad, __m512i codes[4]) {
   // byte 4j + c of the result: column c's byte j (j < 16; the second permutation takes bytes 16..31)
   alignas(64) static constexpr uint8_t ORDER[64] = {
       0, 32, 64, 96,  1, 33, 65, 97,  2, 34, 66, 98,  3, 35, 67, 99,  4, 36, 68, 100, 5, 37, 69, 101,
@@ -638,7 +638,28 @@ void int4_vnni_block64(const uint8_t* src, const c10::BFloat16* sz, int64_t padd
   const __m512i first = _mm512_load_si512(ORDER);
   const __m512i second = _mm512_add_epi8(first, _mm512_set1_epi8(16));
   const __m512i nibble = _mm512_set1_epi8(0x0F);
-  const __m512i high_half = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+  const __m512i a = _mm512_loadu_si512(columns + quad * 128);
+  const __m512i b = _mm512_loadu_si512(columns + quad * 128 + 64);
+  const __m512i low_rows = _mm512_permutex2var_epi8(a, first, b), high_rows = _mm512_permutex2var_epi8(a, second, b);
+  codes[0] = _mm512_and_si512(low_rows, nibble);
+  codes[1] = _mm512_and_si512(high_rows, nibble);
+  codes[2] = _mm512_and_si512(_mm512_srli_epi16(low_rows, 4), nibble);
+  codes[3] = _mm512_and_si512(_mm512_srli_epi16(high_rows, 4), nibble);
+}
+
+// group g's scale and z - 8 s of weight rows row0 + 16 r .. + 15, as floats
+inline void group_scales(const c10::BFloat16* sz, int64_t g, int64_t padded, int64_t row0, int r, __m512& s,
+                         __m512& offset) {
+  const __m512i both = _mm512_loadu_si512(sz + (g * padded + row0 + 16 * r) * 2);
+  s = _mm512_castsi512_ps(_mm512_slli_epi32(both, 16));
+  const __m512 zero = _mm512_castsi512_ps(_mm512_and_si512(both, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
+  offset = _mm512_sub_ps(zero, _mm512_mul_ps(_mm512_set1_ps(8.0f), s));
+}
+
+// MC rows of activations against a whole split block of 64 weight rows
+template <int MC>
+void int4_vnni_block64(const uint8_t* src, const c10::BFloat16* sz, int64_t padded, int64_t row0, int64_t k,
+                       const int8_t* q, const float* scale, const float* total, int64_t m0, float* out) {
   const int64_t groups = k / 32;
   __m512 result[MC][4];
   for (int i = 0; i < MC; ++i) {
@@ -653,13 +674,8 @@ void int4_vnni_block64(const uint8_t* src, const c10::BFloat16* sz, int64_t padd
       for (int r = 0; r < 4; ++r) dot[i][r] = _mm512_setzero_si512();
     }
     for (int quad = 0; quad < 8; ++quad) {  // columns 4 quad .. 4 quad + 3
-      const __m512i a = _mm512_loadu_si512(columns + quad * 128);
-      const __m512i b = _mm512_loadu_si512(columns + quad * 128 + 64);
-      const __m512i low_rows = _mm512_permutex2var_epi8(a, first, b), high_rows = _mm512_permutex2var_epi8(a, second, b);
-      // rows 0..15, 16..31 (low nibbles), 32..47, 48..63 (high): 16 rows x 4 columns each
-      const __m512i codes[4] = {_mm512_and_si512(low_rows, nibble), _mm512_and_si512(high_rows, nibble),
-                                _mm512_and_si512(_mm512_srli_epi16(low_rows, 4), nibble),
-                                _mm512_and_si512(_mm512_srli_epi16(high_rows, 4), nibble)};
+      __m512i codes[4];
+      vnni_codes(columns, quad, codes);
       for (int i = 0; i < MC; ++i) {
         int32_t four;
         std::memcpy(&four, q + (m0 + i) * k + g * 32 + quad * 4, 4);
@@ -667,11 +683,9 @@ void int4_vnni_block64(const uint8_t* src, const c10::BFloat16* sz, int64_t padd
         for (int r = 0; r < 4; ++r) dot[i][r] = _mm512_dpbusd_epi32(dot[i][r], codes[r], activations);
       }
     }
-    for (int r = 0; r < 4; ++r) {  // rows 16 r ..: their [scale, zero] as floats, then z - 8 s
-      const __m512i both = _mm512_loadu_si512(sz + (g * padded + row0 + 16 * r) * 2);
-      const __m512 s = _mm512_castsi512_ps(_mm512_slli_epi32(both, 16));
-      const __m512 offset =
-          _mm512_sub_ps(_mm512_castsi512_ps(_mm512_and_si512(both, high_half)), _mm512_mul_ps(_mm512_set1_ps(8.0f), s));
+    for (int r = 0; r < 4; ++r) {
+      __m512 s, offset;
+      group_scales(sz, g, padded, row0, r, s, offset);
       for (int i = 0; i < MC; ++i) {  // fused: one rounding each (the plain loops use std::fma alike)
         const __m512 step = _mm512_set1_ps(scale[(m0 + i) * groups + g]);
         const __m512 sum = _mm512_set1_ps(total[(m0 + i) * groups + g]);
@@ -740,14 +754,6 @@ void configure_amx(int64_t mc) {
 // rows m0..m0 + mc (at most 16) of activations against a whole split block of 64 weight rows
 void int4_amx_block64(const uint8_t* src, const c10::BFloat16* sz, int64_t padded, int64_t row0, int64_t k,
                       const int8_t* q, const float* scale, const float* total, int64_t m0, int64_t mc, float* out) {
-  alignas(64) static constexpr uint8_t ORDER[64] = {
-      0, 32, 64, 96,  1, 33, 65, 97,  2, 34, 66, 98,  3, 35, 67, 99,  4, 36, 68, 100, 5, 37, 69, 101,
-      6, 38, 70, 102, 7, 39, 71, 103, 8, 40, 72, 104, 9, 41, 73, 105, 10, 42, 74, 106, 11, 43, 75, 107,
-      12, 44, 76, 108, 13, 45, 77, 109, 14, 46, 78, 110, 15, 47, 79, 111};
-  const __m512i first = _mm512_load_si512(ORDER);
-  const __m512i second = _mm512_add_epi8(first, _mm512_set1_epi8(16));
-  const __m512i nibble = _mm512_set1_epi8(0x0F);
-  const __m512i high_half = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
   const int64_t groups = k / 32;
   alignas(64) uint8_t codes[4][8][64];   // weight rows 16 r..: the group's codes as a tile (4 inputs a weight row)
   alignas(64) int32_t sums[4][16][16];   // their int32 sums per activation row
@@ -760,13 +766,9 @@ void int4_amx_block64(const uint8_t* src, const c10::BFloat16* sz, int64_t padde
     _mm_prefetch(reinterpret_cast<const char*>(columns + 4 * 1024), _MM_HINT_T0);
     _mm_prefetch(reinterpret_cast<const char*>(columns + 4 * 1024 + 512), _MM_HINT_T0);
     for (int quad = 0; quad < 8; ++quad) {  // columns 4 quad .. 4 quad + 3, as int4_vnni_block64 lays them out
-      const __m512i a = _mm512_loadu_si512(columns + quad * 128);
-      const __m512i b = _mm512_loadu_si512(columns + quad * 128 + 64);
-      const __m512i low_rows = _mm512_permutex2var_epi8(a, first, b), high_rows = _mm512_permutex2var_epi8(a, second, b);
-      _mm512_store_si512(codes[0][quad], _mm512_and_si512(low_rows, nibble));
-      _mm512_store_si512(codes[1][quad], _mm512_and_si512(high_rows, nibble));
-      _mm512_store_si512(codes[2][quad], _mm512_and_si512(_mm512_srli_epi16(low_rows, 4), nibble));
-      _mm512_store_si512(codes[3][quad], _mm512_and_si512(_mm512_srli_epi16(high_rows, 4), nibble));
+      __m512i laid[4];
+      vnni_codes(columns, quad, laid);
+      for (int r = 0; r < 4; ++r) _mm512_store_si512(codes[r][quad], laid[r]);
     }
     _tile_loadd(0, q + m0 * k + g * 32, k);
     _tile_zero(4);
@@ -786,10 +788,8 @@ void int4_amx_block64(const uint8_t* src, const c10::BFloat16* sz, int64_t padde
     _tile_stored(6, sums[2], 64);
     _tile_stored(7, sums[3], 64);
     for (int r = 0; r < 4; ++r) {  // int4_vnni_block64's epilogue, operation for operation
-      const __m512i both = _mm512_loadu_si512(sz + (g * padded + row0 + 16 * r) * 2);
-      const __m512 s = _mm512_castsi512_ps(_mm512_slli_epi32(both, 16));
-      const __m512 offset =
-          _mm512_sub_ps(_mm512_castsi512_ps(_mm512_and_si512(both, high_half)), _mm512_mul_ps(_mm512_set1_ps(8.0f), s));
+      __m512 s, offset;
+      group_scales(sz, g, padded, row0, r, s, offset);
       for (int64_t i = 0; i < mc; ++i) {
         const __m512 step = _mm512_set1_ps(scale[(m0 + i) * groups + g]);
         const __m512 sum = _mm512_set1_ps(total[(m0 + i) * groups + g]);
