@@ -331,19 +331,16 @@ class CompiledStep:
     def tiles_note(self) -> str | None:
         """ "bfloat16 tiles for int4 from 9 rows, int8 from 5 rows; int8 activations for int4 2048-wide at 5-16 rows",
         or None where every step keeps torch's kernels."""
-        used = [f"{kind} from {rows} rows" for kind, rows in sorted(self.tiles_from.items()) if rows]
-        tiled = f"bfloat16 tiles for {', '.join(used)}" if used else None
+        parts = []
+        if used := [f"{kind} from {rows} rows" for kind, rows in sorted(self.tiles_from.items()) if rows]:
+            parts.append(f"bfloat16 tiles for {', '.join(used)}")
         if self.int8_amx_rows[0]:
-            first, last = self.int8_amx_rows
-            tiled = f"{tiled}; " if tiled else ""
-            tiled += f"int8 activations for int8 at {first}-{last} rows (AMX)"
-        ranges = sorted((width, rows) for width, rows in self.vnni_rows.items() if rows.first)
-        if not ranges:
-            return tiled
-        amx = {width: f" (AMX from {rows.amx_from})" if rows.amx_from else "" for width, rows in ranges}
-        spans = ", ".join(f"{w}-wide at {r.first}-{r.last} rows{amx[w]}" for w, r in ranges)
-        vnni = f"int8 activations for int4 {spans}"
-        return f"{tiled}; {vnni}" if tiled else vnni
+            parts.append("int8 activations for int8 at {}-{} rows (AMX)".format(*self.int8_amx_rows))
+        if ranges := sorted((width, rows) for width, rows in self.vnni_rows.items() if rows.first):
+            amx = {width: f" (AMX from {rows.amx_from})" if rows.amx_from else "" for width, rows in ranges}
+            spans = ", ".join(f"{w}-wide at {r.first}-{r.last} rows{amx[w]}" for w, r in ranges)
+            parts.append(f"int8 activations for int4 {spans}")
+        return "; ".join(parts) or None
 
     def forward(self, hidden, cos, sin, storage, chunks, pages) -> torch.Tensor:
         return self.model.forward(hidden, cos, sin, storage, chunks, pages)

@@ -64,7 +64,7 @@ def tiles_from(kind: str, a: torch.Tensor, b: torch.Tensor, progress: Callable[[
     if progress is not None and formats_.remembered(key, (KERNEL, TILES), BUCKETS) is None:
         progress(f"measuring {kind} products: torch's kernel against bfloat16 tiles (once on this machine)")
     choice = formats_.measure(_passes(kind, a, b, in_features), buckets=BUCKETS, key=key, budget_s=MEASURE_BUDGET_S)
-    start = _first_of_winning_run(choice, TILES)
+    start = _start_of_winning_tail(choice, TILES, BUCKETS, BUCKETS)  # up to the last bucket (the gap only grows)
     log.info("%s weights %s: tiles from %s rows (%s)", kind, tuple(a.shape), start or "no", choice.describe())
     return start
 
@@ -106,9 +106,8 @@ def vnni_rows(
         log.info("int4 weights %s: no int8 activations (%s)", tuple(a.shape), choice.describe())
         return NEVER
     found = Int8Activations(_first_row(best[0], ACTIVATION_BUCKETS), best[-1], 0)
-    amx_tail = list(itertools.takewhile(lambda rows: choice.chosen[rows] == AMX, reversed(best)))
-    if amx_tail:  # AMX from its first bucket of those that end the run
-        found = found._replace(amx_from=_first_row(amx_tail[-1], ACTIVATION_BUCKETS))
+    # AMX from the first of the AMX buckets that end the run
+    found = found._replace(amx_from=_start_of_winning_tail(choice, AMX, tuple(best), ACTIVATION_BUCKETS))
     log.info("int4 weights %s: int8 activations for %s-%s rows%s (%s)", tuple(a.shape), found.first, found.last,
              f", AMX tiles from {found.amx_from}" if found.amx_from else "", choice.describe())  # fmt: skip
     return found
@@ -164,16 +163,11 @@ def _first_row(bucket: int, buckets: tuple[int, ...]) -> int:
     return buckets[0] if index == 0 else buckets[index - 1] + 1
 
 
-def _first_of_winning_run(choice, winner: str) -> int:
-    """The first row of the longest run of buckets, up to BUCKETS' last, where `winner` was measured fastest (a bucket
-    holds the rows above the one below it; the first, its own); 0 where it lost the last."""
-    start = 0
-    lower = dict(zip(BUCKETS[1:], BUCKETS[:-1], strict=True))
-    for rows in sorted(BUCKETS, reverse=True):
-        if choice.chosen[rows] != winner:
-            break
-        start = lower.get(rows, rows - 1) + 1
-    return start
+def _start_of_winning_tail(choice, winner: str, run: tuple[int, ...], buckets: tuple[int, ...]) -> int:
+    """The first row of the buckets that end `run` (adjacent buckets) where `winner` was measured fastest; 0 where
+    it lost the last."""
+    tail = list(itertools.takewhile(lambda rows: choice.chosen[rows] == winner, reversed(run)))
+    return _first_row(tail[-1], buckets) if tail else 0
 
 
 def _passes(kind: str, a: torch.Tensor, b: torch.Tensor, in_features: int, buckets: tuple[int, ...] = BUCKETS) -> dict:

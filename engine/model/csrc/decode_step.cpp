@@ -735,6 +735,13 @@ struct alignas(64) TileConfig {
   uint8_t rows[16] = {};
 };
 
+// A thread's tiles back to their initial state once it is done with them. torch's brgemm remembers the configuration
+// it loaded last and skips loading it again: it is told to forget it.
+void release_tiles() {
+  _tile_release();
+  at::native::cpublas::brgemm_release(true);
+}
+
 // tiles: 0 the activations (mc rows x 32 inputs), 1-2 codes (8 rows of 4 inputs x 16 weight rows), 4-7 the sums
 void configure_amx(int64_t mc) {
   TileConfig config;
@@ -810,7 +817,7 @@ void int4_amx_block64(const uint8_t* src, const c10::BFloat16* sz, int64_t padde
 // blocks by VNNI dot products or AMX tiles (the same floats), the rest by plain loops
 Tensor int4_int8_activations_mm(const Tensor& x, const Tensor& packed, const Tensor& sz, int64_t block, bool split,
                                 bool amx) {
-  TORCH_CHECK_TYPE(x.dim() == 2 && x.scalar_type() == at::kBFloat16, "int4 VNNI multiplies bfloat16 rows [M, K]");
+  TORCH_CHECK_TYPE(x.dim() == 2 && x.scalar_type() == at::kBFloat16, "int8 activations are bfloat16 rows [M, K]");
   TORCH_CHECK_VALUE(!amx || int4_amx(), "this CPU or build has no AMX int8 tiles");
   const int64_t m = x.size(0), k = x.size(1), padded = packed.size(0);
   check_int4_packing(packed, sz, k, block);
@@ -856,11 +863,7 @@ Tensor int4_int8_activations_mm(const Tensor& x, const Tensor& packed, const Ten
       int4_vnni_unit_plain(src, count, pairs, scales, padded, first, k, qp, sp, tp, m, o);
     }
 #if defined(STUDIO_INT4_AMX)
-    if (configured) {
-      // torch's brgemm keeps the tile configuration it loaded last and skips loading it again: forget it
-      _tile_release();
-      at::native::cpublas::brgemm_release(true);
-    }
+    if (configured) release_tiles();
 #endif
   });
   return out;
@@ -961,10 +964,7 @@ Tensor int8_amx_mm(const Tensor& x, const Tensor& q, const Tensor& scale) {
         }
       }
     }
-    if (configured) {
-      _tile_release();
-      at::native::cpublas::brgemm_release(true);  // as int4_int8_activations_mm: torch's brgemm loads its own again
-    }
+    if (configured) release_tiles();
   });
 #endif
   return out;

@@ -334,3 +334,22 @@ def test_int8_activations_take_the_longest_run_of_buckets_they_win(monkeypatch, 
     monkeypatch.setattr(tiles, "MIN_WEIGHTS", 0)
     weight = Int4Linear(torch.randn(64, 64) * 0.05, None)
     assert tiles.vnni_rows(weight.packed, weight.scales_and_zeros.contiguous(), 0) == rows
+
+
+def test_the_runtime_record_names_every_route_a_step_takes() -> None:
+    """CompiledStep.tiles_note: the bfloat16 tiles, int8 activations for int8 weights (AMX) and for int4 weights per
+    input width (VNNI, AMX from some rows), each only where it runs."""
+    from types import SimpleNamespace
+
+    note = compiled_step.CompiledStep.tiles_note.fget
+    step = SimpleNamespace(
+        tiles_from={"int4": 9, "int8": 0},
+        int8_amx_rows=(1, 16),
+        vnni_rows={2048: tiles.Int8Activations(1, 16, 5), 11008: tiles.Int8Activations(1, 8)},
+    )
+    assert note(step) == (
+        "bfloat16 tiles for int4 from 9 rows; int8 activations for int8 at 1-16 rows (AMX); "
+        "int8 activations for int4 2048-wide at 1-16 rows (AMX from 5), 11008-wide at 1-8 rows"
+    )
+    nothing = SimpleNamespace(tiles_from={"int4": 0}, int8_amx_rows=(0, 0), vnni_rows={2048: tiles.NEVER})
+    assert note(nothing) is None
