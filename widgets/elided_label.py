@@ -4,26 +4,31 @@ its tooltip."""
 from __future__ import annotations
 
 from PySide6.QtCore import QSize, Qt
-from PySide6.QtGui import QPainter, QPaintEvent
-from PySide6.QtWidgets import QLabel, QSizePolicy, QWidget
+from PySide6.QtWidgets import QSizePolicy, QWidget
+
+from widgets.steady_label import SteadyLabel, text_width
 
 
-class ElidedLabel(QLabel):
+class ElidedLabel(SteadyLabel):
     """A QLabel asks for its whole text's width as its minimum, so a long status or path grows the window; this one
-    asks for a few characters and elides the rest (Qt.ElideRight by default)."""
+    asks for a few characters and elides the rest (Qt.ElideRight by default). Its width comes from the layout alone,
+    so a new text never asks for a layout (SteadyLabel)."""
 
     def __init__(
         self, text: str = "", parent: QWidget | None = None, mode: Qt.TextElideMode = Qt.TextElideMode.ElideRight
     ) -> None:
-        super().__init__(text, parent)
         self._mode = mode
         self._own_tip = ""
+        super().__init__(text, parent)
         self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
-        self.setTextFormat(Qt.TextFormat.PlainText)
-        self.setText(text)
 
-    def setText(self, text: str) -> None:
-        super().setText(text)
+    def _asks_for_room(self) -> bool:
+        return False
+
+    def _elide_mode(self) -> Qt.TextElideMode:
+        return self._mode
+
+    def _text_changed(self) -> None:
         self._sync_tip()
 
     def setToolTip(self, tip: str) -> None:
@@ -42,19 +47,14 @@ class ElidedLabel(QLabel):
 
     @property
     def elided(self) -> bool:
-        return self.fontMetrics().horizontalAdvance(self.text()) > self.contentsRect().width()
+        return text_width(self, self.text()) > self.contentsRect().width()
+
+    def sizeHint(self) -> QSize:
+        return QSize(text_width(self, self.text()), self.fontMetrics().height()) + self._chrome()
 
     def minimumSizeHint(self) -> QSize:
-        hint = super().minimumSizeHint()
-        return QSize(min(hint.width(), self.fontMetrics().horizontalAdvance("M" * 4)), hint.height())
+        return QSize(text_width(self, "M" * 4), self.fontMetrics().height()) + self._chrome()
 
     def resizeEvent(self, event) -> None:
         super().resizeEvent(event)
         self._sync_tip()
-
-    def paintEvent(self, event: QPaintEvent) -> None:
-        painter = QPainter(self)
-        rect = self.contentsRect()
-        text = self.fontMetrics().elidedText(self.text(), self._mode, rect.width())
-        painter.setPen(self.palette().color(self.foregroundRole()))
-        painter.drawText(rect, int(self.alignment() | Qt.AlignmentFlag.AlignVCenter), text)

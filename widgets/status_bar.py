@@ -8,9 +8,10 @@ import time
 from collections.abc import Callable
 
 from PySide6.QtCore import QTimer
-from PySide6.QtWidgets import QLabel, QProgressBar, QStatusBar, QWidget
+from PySide6.QtWidgets import QProgressBar, QStatusBar, QWidget
 
 from widgets.elided_label import ElidedLabel
+from widgets.steady_label import SteadyLabel
 
 # "3 of 8", "3/8" or "40 %" in a stage's text: how far it is, for a bar that fills instead of one that only moves
 _OF = re.compile(r"\b(\d+)\s*(?:of|/)\s*(\d+)\b")
@@ -39,18 +40,19 @@ class StudioStatusBar(QStatusBar):
         self.loading.setVisible(False)
         # a long model name, path or loading step shortens itself; it must never widen the window
         self.model = ElidedLabel("no model")
-        self.device = QLabel()
-        self.precision = QLabel()
+        # the counts change a few times a second while replies stream: labels that repaint alone (SteadyLabel)
+        self.device = SteadyLabel()
+        self.precision = SteadyLabel()
         self.pages = QProgressBar()
         self.pages.setFixedWidth(90)
         self.pages.setMaximumHeight(12)
         self.pages.setTextVisible(False)
         self.pages.setRange(0, 1)
         self.pages.setValue(0)
-        self.pages_label = QLabel()
+        self.pages_label = SteadyLabel()
         for widget in (self.pages, self.pages_label):
             widget.setToolTip("KV-cache pages in use / pages in the pool")
-        self.requests = QLabel("running 0 · waiting 0")
+        self.requests = SteadyLabel("running 0 · waiting 0")
         self.requests.setToolTip("requests decoding in the engine / queued for pages or a batch slot")
         self.clock: Callable[[], float] = time.monotonic
         self._stage: str | None = None

@@ -6,13 +6,14 @@ import re
 from collections.abc import Callable
 
 from PySide6.QtCore import QObject, Signal
-from PySide6.QtWidgets import QTabWidget, QToolButton
+from PySide6.QtWidgets import QToolButton
 
 from app.chat.controller import ChatController, Hold
 from app.chat.reply_router import ReplyRouter
 from app.chat.store import ChatStore, StoredChat
 from app.hosting.backends import LOCAL, BackendRegistry
 from engine.domain.chat import ChatMessage, ChatSettings
+from widgets.steady_tabs import SteadyTabWidget
 
 Confirm = Callable[[str, str], bool]
 _NUMBERED = re.compile(r"^Chat (\d+)$")
@@ -43,7 +44,7 @@ class ChatTabs(QObject):
         self._settings_visible = True
         self._sidebar_width = 0  # 0: the panel's default
         self._holds: dict[str, Hold] = {}  # what has the local engine to itself now (an experiment, a comparison)
-        self.widget = QTabWidget()
+        self.widget = SteadyTabWidget()
         self.widget.setObjectName("chatTabs")
         self.widget.setTabsClosable(True)
         self.widget.setMovable(True)
