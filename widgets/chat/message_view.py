@@ -4,6 +4,8 @@ JSON shows pretty-printed), stats, inline error, actions, and the reply token by
 from __future__ import annotations
 
 import json
+import math
+import time
 from collections.abc import Sequence
 
 from PySide6.QtCore import Qt, QTimer, Signal
@@ -54,6 +56,9 @@ class ReplyTokenView(TokenView):
 # that paragraph, and asks for a layout pass only when its height changes), so this only keeps several streaming
 # tabs from each painting at every 16 ms frame; 30 updates a second still read as a smooth stream.
 STREAM_RENDER_MS = 33
+# an update this close to its turn is shown now: the pump's frames come every STREAM_RENDER_MS give or take a little,
+# and a timer for the last millisecond would wake the UI thread once more per frame for nothing
+STREAM_RENDER_EARLY_MS = 8
 
 
 class MessageView(QFrame):
@@ -67,8 +72,8 @@ class MessageView(QFrame):
         self._shown: str | None = None  # what the body shows (behind _text while a paced update waits)
         self._render_timer = QTimer(self)
         self._render_timer.setSingleShot(True)
-        self._render_timer.setInterval(STREAM_RENDER_MS)
         self._render_timer.timeout.connect(self._render_streaming)
+        self._rendered_at = -1.0  # time.monotonic() of the last streaming render
         is_user = message.role == USER
         self.setObjectName("userMessage" if is_user else "assistantMessage")
         self.setFrameShape(QFrame.Shape.StyledPanel)
@@ -155,18 +160,24 @@ class MessageView(QFrame):
 
     def set_streaming_content(self, text: str) -> None:
         """The reply so far: shown now if it was not in the last STREAM_RENDER_MS, else when that time is up
-        (`text` is the newest at once). A reply in a tab that is not shown waits until the tab is."""
+        (`text` is the newest at once). A reply in a tab that is not shown waits until the tab is. The timer runs only
+        while an update waits: one that ran after every render woke the UI thread between frames with nothing to
+        show."""
         self._text = text
         if self._render_timer.isActive():
             return
         if self.window().isVisible() and not self.isVisible():
             return  # a background tab: showEvent catches up, once
+        wait_ms = STREAM_RENDER_MS - (time.monotonic() - self._rendered_at) * 1000
+        if wait_ms > STREAM_RENDER_EARLY_MS:
+            self._render_timer.start(math.ceil(wait_ms))  # it shows what came meanwhile
+            return
         self._render_streaming()
 
     def _render_streaming(self) -> None:
         if self._shown != self._text:
             self.set_content(self._text, streaming=True)
-            self._render_timer.start()  # updates wait for it; then it shows what came meanwhile
+            self._rendered_at = time.monotonic()
 
     def showEvent(self, event) -> None:
         super().showEvent(event)

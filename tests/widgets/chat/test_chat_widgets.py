@@ -124,6 +124,11 @@ def test_a_fast_stream_is_laid_out_a_few_times_a_second(qtbot, monkeypatch) -> N
     qtbot.waitUntil(lambda: layouts[-1] == " ".join(words), timeout=2000)
     assert len(layouts) == 2
     assert message_view.prose_views[0].toPlainText() == " ".join(words)
+    # nothing waits now, so nothing is timed: a timer after every render woke the UI thread between frames for nothing
+    assert not message_view._render_timer.isActive()
+    qtbot.wait(module.STREAM_RENDER_MS + 20)
+    view.set_streaming_text(0, " ".join(words) + " more")  # its turn has come: shown at once, no timer
+    assert layouts[-1].endswith(" more") and not message_view._render_timer.isActive()
 
 
 def test_code_blocks_are_monospace_and_copy_to_the_clipboard(qtbot) -> None:
