@@ -26,7 +26,7 @@ from engine.errors import InvalidRequestError, PromptTooLongError, UnsupportedOp
 from engine.load import kv_policy
 from engine.load.loader import LoadedModel
 from engine.load.memory import free_memory_bytes, release_freed_memory
-from engine.model import formats
+from engine.model import check_memory, formats
 from engine.model.attention import PagedKVCache
 from engine.model.geometry import attention_geometry
 from engine.model.runner import ModelRunner, output_size
@@ -102,8 +102,9 @@ class Engine:
             geometry.num_layers, geometry.num_kv_heads, geometry.head_dim, num_pages, ps, kv_dtype,
             loaded.options.device,
         )  # fmt: skip
+        identity = check_memory.weights_identity(loaded.source.path, loaded.options)
         self.runner = ModelRunner(
-            self.model, self.cache, config.optimize, weight_formats(loaded), config.compiled_step, progress
+            self.model, self.cache, config.optimize, weight_formats(loaded), config.compiled_step, progress, identity
         )
         release_freed_memory()  # the copies the format measurement built and dropped: back to the OS, not the heap
         self.kernels = self.runner.kernels

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from engine.load.memory import free_memory_bytes
-from engine.model import attention, compiled_step, kernels, llama_family, quantized, stored, weights
+from engine.model import attention, check_memory, compiled_step, kernels, llama_family, quantized, stored, weights
 from engine.model import formats as formats_
 from engine.model.attention import PagedKVCache, StepContext
 from engine.model.batch import ChunkTables, pack
@@ -436,11 +437,13 @@ class FastPathCheck:
     )
     layers: str = ""  # which layers were compared: "2 of 30 layers"
     against: str = "transformers"  # or "the Python layers", where transformers can't run the modules as stored
+    remembered: bool = False  # the verdict of an earlier start with the same weights, code and machine
 
     def describe(self) -> str:
         verdict = "agrees" if self.passed else "DISAGREES"
         where = f" on {self.layers}" if self.layers else ""
-        return f"{verdict} with {self.against}{where} (max error {self.max_rel_error:.1e} of the logits' scale)"
+        when = "; checked at an earlier start of the same weights, code and machine" if self.remembered else ""
+        return f"{verdict} with {self.against}{where} (max error {self.max_rel_error:.1e} of the logits' scale{when})"
 
 
 def build(
@@ -450,10 +453,12 @@ def build(
     compiled: bool = True,
     kv_dtype: torch.dtype | None = None,
     progress: Callable[[str], None] | None = None,
+    weights_identity: str | None = None,
 ) -> FastForward | None:
     """The lean forward for this model (built once per model and set of formats), or None (with the reason logged)
     when it doesn't apply or disagrees with the transformers forward. kv_dtype: the engine's KV cache's (the check
-    runs through one like it)."""
+    runs through one like it). weights_identity: where the weights come from (check_memory.weights_identity): a check
+    passed by an earlier start of the same weights, engine code, kernels and machine is not run again."""
     built = getattr(model, _ATTR, {})
     key = (tuple(formats), compiled)
     if key in built:
@@ -465,9 +470,7 @@ def build(
     else:
         fast = FastForward(model, formats=formats, compiled=compiled, progress=progress)
         if check:
-            if progress is not None:
-                progress(f"checking the fast path on {min(CHECK_LAYERS, len(fast.layers))} layers")
-            fast.check = check_against_transformers(model, fast, kv_dtype)
+            fast.check = _checked(model, fast, kv_dtype, progress, weights_identity)
             if not fast.check.passed:
                 log.warning("lean forward %s; using the transformers forward", fast.check.describe())
                 setattr(model, _REJECTED, fast.check)
@@ -475,6 +478,30 @@ def build(
     built[key] = fast
     setattr(model, _ATTR, built)
     return fast
+
+
+def _checked(
+    model: nn.Module,
+    fast: FastForward,
+    kv_dtype: torch.dtype | None,
+    progress: Callable[[str], None] | None,
+    weights_identity: str | None,
+) -> FastPathCheck:
+    """The check's verdict: remembered from an earlier start where everything it depends on is the same (the weights,
+    the engine's code, the formats and kernels chosen, the KV dtype, the CPU and torch), else run now."""
+    key = check_memory.key(
+        weights_identity,
+        [*fast.kinds, kv_dtype, CHECK_LAYERS, CHECK_STAGES, formats_.machine_key("fast-path check")],
+    )
+    fields = check_memory.remembered(key)
+    if fields is not None:
+        names = set(FastPathCheck.__dataclass_fields__) - {"remembered"}
+        return FastPathCheck(**{name: fields[name] for name in names if name in fields}, remembered=True)
+    if progress is not None:
+        progress(f"checking the fast path on {min(CHECK_LAYERS, len(fast.layers))} layers")
+    check = check_against_transformers(model, fast, kv_dtype)
+    check_memory.remember(key, dataclasses.asdict(check))
+    return check
 
 
 def _int8_activations(fast: FastForward) -> bool:

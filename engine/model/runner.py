@@ -59,12 +59,14 @@ class ModelRunner:
         formats: Sequence[str] = (),
         compiled: bool = True,
         progress: Callable[[str], None] | None = None,
+        weights_identity: str | None = None,
     ) -> None:
         """optimize: the lean forward where the architecture allows, else the transformers modules with fused,
         reversible kernels; off: the transformers forward as it is (with paged attention). formats: weight formats
         the lean forward may use besides the model's own, the fastest per batch size (model/formats.py). compiled:
         every layer of the lean forward's steps in one C++ call where it builds (model/compiled_step.py). progress: told
-        what the lean forward measures and checks while it is built (the window's status bar)."""
+        what the lean forward measures and checks while it is built (the window's status bar). weights_identity:
+        where the weights come from, so a check passed at an earlier start is remembered (model/check_memory.py)."""
         own_modules = isinstance(model, llama_family.LlamaFamilyForCausalLM)
         if not own_modules:
             prepare_model(model)
@@ -75,8 +77,9 @@ class ModelRunner:
         self.fast = None
         if optimize:
             self.fast = fast_forward.build(
-                model, formats=formats, compiled=compiled, kv_dtype=cache.storage.dtype, progress=progress
-            )
+                model, formats=formats, compiled=compiled, kv_dtype=cache.storage.dtype, progress=progress,
+                weights_identity=weights_identity,
+            )  # fmt: skip
         if self.fast is None and own_modules:
             # the lean forward is off or was rejected: transformers' forward, around the same modules
             model = llama_family.transformers_model(model)

@@ -1,0 +1,99 @@
+"""The fast path's check verdicts, remembered per weights, code and machine: a later start of the same model on the
+same machine and code reuses the verdict instead of checking again."""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import hashlib
+import json
+import logging
+from collections.abc import Iterable
+from pathlib import Path
+
+from engine.paths import cache_dir
+
+log = logging.getLogger(__name__)
+
+KEEP_DAYS = 60  # as the measured weight formats: checked again after this even when nothing changed
+ENGINE_ROOT = Path(__file__).resolve().parents[1]
+SOURCE_SUFFIXES = (".py", ".cpp", ".h")
+
+
+def weights_identity(path: Path | None, options: object) -> str | None:
+    """What the loaded weights come from: the model file (or folder's files) as the file system describes them (path,
+    size, modification time: a file rewritten in place, or downloaded again, is another identity) and the load's
+    options. None where there is no local source (nothing is remembered then)."""
+    if path is None:
+        return None
+    try:
+        files = [path] if path.is_file() else sorted(p for p in path.iterdir() if p.is_file())
+        stats = [(str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns) for p in files]
+    except OSError:
+        return None
+    return json.dumps([stats, repr(options)])
+
+
+@functools.cache
+def code_digest() -> str | None:
+    """A digest of the engine's own source (loaders, forward, kernels): any change to them checks again. None where
+    the source is not there to read (a frozen build without it): nothing is remembered then."""
+    digest = hashlib.sha256()
+    count = 0
+    for source in sorted(p for p in ENGINE_ROOT.rglob("*") if p.suffix in SOURCE_SUFFIXES):
+        try:
+            digest.update(str(source.relative_to(ENGINE_ROOT)).encode())
+            digest.update(source.read_bytes())
+        except OSError:
+            return None
+        count += 1
+    return digest.hexdigest() if count else None
+
+
+def key(weights: str | None, parts: Iterable[object]) -> str | None:
+    """The store's key for a check of these weights with these parts (formats, kernels, KV dtype, machine), or None
+    where the weights or the code can't be identified."""
+    code = code_digest()
+    if weights is None or code is None:
+        return None
+    text = json.dumps([weights, code, *map(str, parts)])
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def _store() -> Path:
+    return cache_dir() / "fast-path-checks.json"
+
+
+def _now() -> float:
+    return datetime.datetime.now(datetime.UTC).timestamp()
+
+
+def _read() -> dict:
+    try:
+        store = json.loads(_store().read_text())
+    except (OSError, ValueError):
+        return {}
+    return store if isinstance(store, dict) else {}
+
+
+def remembered(check_key: str | None) -> dict | None:
+    """The passed check's fields remembered for this key, if one is and is recent enough."""
+    if check_key is None:
+        return None
+    entry = _read().get(check_key)
+    if not isinstance(entry, dict) or entry.get("passed") is not True:
+        return None
+    age_days = (_now() - float(entry.get("checked_at", 0))) / 86400
+    return entry if 0 <= age_days <= KEEP_DAYS else None
+
+
+def remember(check_key: str | None, fields: dict) -> None:
+    """Keep a passed check (a failed one is checked again at every start: it turns the fast path off)."""
+    if check_key is None or fields.get("passed") is not True:
+        return
+    store = _read()
+    store[check_key] = {**fields, "checked_at": _now()}
+    try:
+        _store().write_text(json.dumps(store, indent=1))
+    except OSError:  # a read-only cache: checked again next time, nothing lost
+        log.debug("could not remember the fast path's check in %s", _store())
