@@ -496,7 +496,10 @@ def _checked(
     fields = check_memory.remembered(key)
     if fields is not None:
         names = set(FastPathCheck.__dataclass_fields__) - {"remembered"}
-        return FastPathCheck(**{name: fields[name] for name in names if name in fields}, remembered=True)
+        try:
+            return FastPathCheck(**{name: fields[name] for name in names if name in fields}, remembered=True)
+        except TypeError:  # an entry written by another version, without a field this one needs: checked again
+            log.debug("a remembered fast-path check lacks fields; checking again")
     if progress is not None:
         progress(f"checking the fast path on {min(CHECK_LAYERS, len(fast.layers))} layers")
     check = check_against_transformers(model, fast, kv_dtype)

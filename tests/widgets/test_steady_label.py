@@ -2,23 +2,12 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import QEvent, QObject, Qt
+from PySide6.QtCore import QEvent, Qt
 from PySide6.QtGui import QFont
 from PySide6.QtWidgets import QApplication, QHBoxLayout, QWidget
 
+from tests.qt_events import EventCounter
 from widgets.steady_label import SteadyLabel
-
-
-class LayoutRequests(QObject):
-    def __init__(self, widget: QWidget) -> None:
-        super().__init__()
-        self.count = 0
-        widget.installEventFilter(self)
-
-    def eventFilter(self, watched, event) -> bool:
-        if event.type() == QEvent.Type.LayoutRequest:
-            self.count += 1
-        return False
 
 
 def shown_whole(label: SteadyLabel) -> bool:
@@ -34,7 +23,7 @@ def test_a_text_that_fits_asks_for_no_layout_a_wider_one_does(qtbot) -> None:
     QHBoxLayout(host).addWidget(label)
     host.show()
     QApplication.processEvents()
-    requests = LayoutRequests(host)
+    requests = EventCounter(host, QEvent.Type.LayoutRequest)
     for used in range(11, 99):
         label.setText(f"KV {used} / 1024 pages")
     QApplication.processEvents()

@@ -5,23 +5,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from PySide6.QtCore import QEvent, QObject, QPoint, Qt
+from PySide6.QtCore import QEvent, QPoint, Qt
 from PySide6.QtGui import QFont
 from PySide6.QtWidgets import QApplication
 
+from tests.qt_events import EventCounter
 from widgets.chat.context import ContextUsage
-
-
-class PaintCounter(QObject):
-    def __init__(self, widget) -> None:
-        super().__init__()
-        self.count = 0
-        widget.installEventFilter(self)
-
-    def eventFilter(self, watched, event) -> bool:
-        if event.type() == QEvent.Type.Paint:
-            self.count += 1
-        return False
 
 
 def settle(qtbot) -> None:
@@ -43,8 +32,9 @@ def test_the_counts_of_a_streaming_reply_do_not_repaint_the_chat_page(qtbot, mak
         meter.set_usage(replace(usage, pages_held=(100 + reply) // 16))
         window.status.set_engine_state((100 + reply) // 16, 1024, 1, 0)
         settle(qtbot)
-        # counted from the second count on: the first shows the meter's bar, a layout change of its own
-        sidebar = sidebar or PaintCounter(panel.sampling)  # spin boxes and labels the counts have nothing to do with
+        # the sidebar's spin boxes and labels, which the counts have nothing to do with, counted from the second
+        # count on: the first shows the meter's bar, a layout change of its own
+        sidebar = sidebar or EventCounter(panel.sampling, QEvent.Type.Paint)
     assert "1,200 / 8,192" in meter.text
     assert window.status.pages_label.text() == "KV 75 / 1024 pages"
     for label in (window.status.pages_label, window.status.requests):  # painted whole, not "KV 75 / 1024 pag…"
@@ -78,7 +68,7 @@ def test_a_layout_change_inside_the_page_repaints_what_moved_and_a_taller_tab_ba
     window.show()
     settle(qtbot)
     panel = window.tabs.current.panel
-    sidebar = PaintCounter(panel.sampling)
+    sidebar = EventCounter(panel.sampling, QEvent.Type.Paint)
     panel.set_busy(True)  # Stop takes Send's place: the message box's row changes, the sidebar does not
     settle(qtbot)
     panel.set_busy(False)

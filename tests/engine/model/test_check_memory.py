@@ -4,6 +4,7 @@ it; new weights, a rewritten file, another KV dtype or a failed check check agai
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 
 import pytest
@@ -92,3 +93,13 @@ def test_an_unreadable_store_or_source_only_means_checking_again(tmp_path, store
     assert check_memory.remembered(check_memory.key("weights", [])) is not None  # the broken store was replaced
     assert check_memory.weights_identity(tmp_path / "gone.gguf", None) is None
     assert check_memory.weights_identity(None, None) is None
+
+
+def test_a_remembered_entry_without_the_fields_a_check_needs_is_checked_again(tmp_path, store, checks) -> None:
+    folder = make_tiny_llama(tmp_path / "model")
+    start(folder)
+    entries = json.loads(store.read_text())
+    store.write_text(
+        json.dumps({key: {"passed": True, "checked_at": entry["checked_at"]} for key, entry in entries.items()})
+    )
+    assert start(folder).runner.fast is not None and len(checks) == 2
