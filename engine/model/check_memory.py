@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 import functools
 import hashlib
+import importlib.metadata
 import json
 import logging
 from collections.abc import Iterable
@@ -50,13 +51,26 @@ def code_digest() -> str | None:
     return digest.hexdigest() if count else None
 
 
+@functools.cache
+def library_versions() -> tuple[str, ...]:
+    """The libraries the weights and the reference forward come through besides torch (in the machine's key): a new
+    transformers may build another config or forward, a new gguf read the file otherwise."""
+    versions = []
+    for name in ("transformers", "gguf", "numpy"):
+        try:
+            versions.append(f"{name} {importlib.metadata.version(name)}")
+        except importlib.metadata.PackageNotFoundError:
+            versions.append(f"{name} absent")
+    return tuple(versions)
+
+
 def key(weights: str | None, parts: Iterable[object]) -> str | None:
     """The store's key for a check of these weights with these parts (formats, kernels, KV dtype, machine), or None
     where the weights or the code can't be identified."""
     code = code_digest()
     if weights is None or code is None:
         return None
-    text = json.dumps([weights, code, *map(str, parts)])
+    text = json.dumps([weights, code, *library_versions(), *map(str, parts)])
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 

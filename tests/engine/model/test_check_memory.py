@@ -74,6 +74,12 @@ def test_other_weights_or_another_kv_dtype_check_again(tmp_path, store, checks) 
     assert len(checks) == 3 and checks[-1] == torch.bfloat16
 
 
+def test_another_transformers_checks_again(store, monkeypatch) -> None:
+    before = check_memory.key("weights", ["kinds"])
+    monkeypatch.setattr(check_memory, "library_versions", lambda: ("transformers 99.0", "gguf 1", "numpy 2"))
+    assert check_memory.key("weights", ["kinds"]) != before
+
+
 def test_only_a_passed_recent_check_is_remembered(store, monkeypatch) -> None:
     key = check_memory.key("weights", ["kinds"])
     assert key is not None and check_memory.key(None, ["kinds"]) is None  # no source: nothing remembered
