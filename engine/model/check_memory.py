@@ -3,18 +3,15 @@ same machine and code reuses the verdict instead of checking again."""
 
 from __future__ import annotations
 
-import datetime
 import functools
 import hashlib
 import importlib.metadata
 import json
-import logging
 from collections.abc import Iterable
 from pathlib import Path
 
+from engine.model import remembered as remembered_
 from engine.paths import cache_dir
-
-log = logging.getLogger(__name__)
 
 KEEP_DAYS = 60  # as the measured weight formats: checked again after this even when nothing changed
 ENGINE_ROOT = Path(__file__).resolve().parents[1]
@@ -79,35 +76,18 @@ def _store() -> Path:
 
 
 def _now() -> float:
-    return datetime.datetime.now(datetime.UTC).timestamp()
-
-
-def _read() -> dict:
-    try:
-        store = json.loads(_store().read_text())
-    except (OSError, ValueError):
-        return {}
-    return store if isinstance(store, dict) else {}
+    return remembered_.now()
 
 
 def remembered(check_key: str | None) -> dict | None:
     """The passed check's fields remembered for this key, if one is and is recent enough."""
     if check_key is None:
         return None
-    entry = _read().get(check_key)
-    if not isinstance(entry, dict) or entry.get("passed") is not True:
-        return None
-    age_days = (_now() - float(entry.get("checked_at", 0))) / 86400
-    return entry if 0 <= age_days <= KEEP_DAYS else None
+    entry = remembered_.recent(_store(), check_key, "checked_at", KEEP_DAYS, _now())
+    return entry if entry is not None and entry.get("passed") is True else None
 
 
 def remember(check_key: str | None, fields: dict) -> None:
     """Keep a passed check (a failed one is checked again at every start: it turns the fast path off)."""
-    if check_key is None or fields.get("passed") is not True:
-        return
-    store = _read()
-    store[check_key] = {**fields, "checked_at": _now()}
-    try:
-        _store().write_text(json.dumps(store, indent=1))
-    except OSError:  # a read-only cache: checked again next time, nothing lost
-        log.debug("could not remember the fast path's check in %s", _store())
+    if check_key is not None and fields.get("passed") is True:
+        remembered_.put(_store(), check_key, {**fields, "checked_at": _now()})

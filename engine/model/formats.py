@@ -4,7 +4,6 @@ decode is bound by memory bandwidth, but loses to float32 on CPUs without bfloat
 
 from __future__ import annotations
 
-import datetime
 import hashlib
 import json
 import logging
@@ -19,6 +18,7 @@ import torch
 from torch import nn
 
 from engine.model import contention, kernels
+from engine.model import remembered as remembered_
 from engine.model.quantized import Int4Linear, Int8Linear
 from engine.model.weights import BFLOAT16, FLOAT32, INT4, INT8
 from engine.paths import cache_dir
@@ -189,15 +189,9 @@ def _store() -> Path:
 def _remembered(key: str | None, passes: dict, buckets: Sequence[int]) -> FormatChoice | None:
     if key is None:
         return None
-    try:
-        entry = json.loads(_store().read_text()).get(key)
-    except (OSError, ValueError):
-        return None
-    if not isinstance(entry, dict) or entry.get("settled") is not True:
+    entry = remembered_.recent(_store(), key, "measured_at", KEEP_DAYS, _now())
+    if entry is None or entry.get("settled") is not True:
         return None  # measured under load, or by a version that did not say: measured again
-    age_days = (_now() - float(entry.get("measured_at", 0))) / 86400
-    if not 0 <= age_days <= KEEP_DAYS:
-        return None
     chosen = {int(rows): fmt for rows, fmt in entry.get("chosen", {}).items()}
     if set(chosen) != set(buckets) or not set(chosen.values()) <= set(passes):
         return None
@@ -206,24 +200,17 @@ def _remembered(key: str | None, passes: dict, buckets: Sequence[int]) -> Format
 
 
 def _now() -> float:
-    return datetime.datetime.now(datetime.UTC).timestamp()  # not time.time: tests replace this module's clock
+    return remembered_.now()  # tests replace this module's clock
 
 
 def _remember(key: str | None, choice: FormatChoice, settled: bool) -> None:
     if key is None:
         return
-    try:
-        store = json.loads(_store().read_text()) if _store().exists() else {}
-    except (OSError, ValueError):
-        store = {}
-    store[key] = {
+    entry = {
         "chosen": choice.chosen,
         "timings": choice.timings_ms,
         "measured_on": choice.measured_on,
         "measured_at": _now(),
         "settled": settled,
     }
-    try:
-        _store().write_text(json.dumps(store, indent=1))
-    except OSError:  # a read-only cache: measured again next time, nothing lost
-        log.debug("could not remember the weight formats in %s", _store())
+    remembered_.put(_store(), key, entry)
