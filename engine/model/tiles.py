@@ -19,8 +19,11 @@ from engine.model import int4pack, quantized
 log = logging.getLogger(__name__)
 
 BUCKETS = (2, 4, 8, 16)  # decode rows: one chat is torch's kernel's; a step of 64 rows or more runs Python's tiles
-# int8 activations are measured at one row too: a weight read once (one chat) streams faster through them on some shapes
-ACTIVATION_BUCKETS = (1, *BUCKETS)
+# int8 activations are measured at one row too: a weight read once (one chat) streams faster through them on some
+# shapes; and up to 64 rows: a step of a few chats' decode rows plus a prompt's chunk (17-63 rows) runs compiled, where
+# torch's kernels cost as much per row as alone (a 22016x2048 int4 weight at 48 rows on 2 Zen cores: 13.4 ms against
+# int8 activations' 4.9)
+ACTIVATION_BUCKETS = (1, *BUCKETS, 32, 64)
 KERNEL, TILES = "kernel", "tiles"
 MEASURE_BUDGET_S = 0.6  # per kind: the load waits for it (later loads read the remembered choice)
 #: weights smaller than this stay on torch's kernels unmeasured: the tiles pay off only where a weight outgrows the
@@ -31,7 +34,7 @@ ENV = "INFERENCE_STUDIO_TILES"  # "never" or "always" instead of the measurement
 # int4 weights times int8 activations (VNNI dot products, or AMX tiles: the same floats), for steps of a few rows:
 # measured against the route that runs there
 OTHERS, VNNI, AMX = "kernel or tiles", "int8 activations", "int8 activations (AMX)"
-VNNI_VERSION = 3  # of int4_vnni_mm, int4_amx_mm and int8_amx_mm, and the buckets they are measured at
+VNNI_VERSION = 4  # of int4_vnni_mm, int4_amx_mm and int8_amx_mm, and the buckets they are measured at
 #: "never", "always" (VNNI dot products) or "amx" (AMX tiles where the CPU has them) instead of the measurement
 VNNI_ENV = "INFERENCE_STUDIO_VNNI"
 

@@ -555,11 +555,13 @@ def test_steps_on_quantized_weights_give_the_kernels_results_through_bfloat16_ti
 
 @needs_library
 @pytest.mark.parametrize("plan", ["int4", "Q4_K_M-like mix"])
-def test_steps_of_a_few_rows_may_multiply_int4_weights_with_int8_activations(folders, plan) -> None:
-    """For the row counts measured at load per input width (forced here to 2-16 rows: tiny weights never measure
-    it), int4 weights multiply int8 activations with VNNI dot products: a step of 12 rows gives the logits and the
-    cache torch's kernels give, within the activations' rounding; with AMX tiles (where the CPU has them), the
-    same logits and cache as VNNI's, bit for bit."""
+@pytest.mark.parametrize("rows", [12, 40])
+def test_steps_of_a_few_rows_may_multiply_int4_weights_with_int8_activations(folders, plan, rows) -> None:
+    """For the row counts measured at load per input width (forced here to 2-64 rows: tiny weights never measure
+    it), int4 weights multiply int8 activations with VNNI dot products: a step of 12 rows (chats decoding), or of 40
+    (a prompt's chunk beside them, still a compiled step), gives the logits and the cache torch's kernels give,
+    within the activations' rounding; with AMX tiles (where the CPU has them), the same logits and cache as VNNI's,
+    bit for bit."""
     from engine.model import int4pack, tiles
     from tests.helpers import hold_as_stored
 
@@ -569,14 +571,14 @@ def test_steps_of_a_few_rows_may_multiply_int4_weights_with_int8_activations(fol
     fast = fast_forward.FastForward(model)
     step = fast.compiled[fast.stored_format]
     assert step.vnni_rows and all(rows == tiles.NEVER for rows in step.vnni_rows.values())  # tiny: never measured
-    rows = 12
+    assert tiles.ACTIVATION_BUCKETS[-1] == 64  # what a load may measure them for
     ids = torch.randint(0, model.config.vocab_size, (rows + 1,), generator=torch.Generator().manual_seed(8)).tolist()
     runs, caches = [], []
     amx = torch.ops.studio.int4_amx()
     # int8 activations from two rows (AMX tiles from 8), with VNNI throughout, then never
     for start, amx_from in ((2, 8 if amx else 0), (2, 0), (0, 0)):
         for width in step.vnni_rows:
-            step.model.use_vnni(width, start, 16, amx_from)
+            step.model.use_vnni(width, start, 64, amx_from)
         logits, cache = _prompt_step(fast, ids, rows)
         runs.append(logits)
         assert fast.last_compiled
