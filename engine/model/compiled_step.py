@@ -305,21 +305,21 @@ class CompiledStep:
             self.vnni_rows[width] = rows
             if rows.first:
                 self.model.use_vnni(width, *rows)
-        #: the rows (first, last) for which int8 weights multiply int8 activations in AMX tiles, measured on the largest
-        self.int8_amx_rows = (0, 0)
+        #: the rows for which int8 weights multiply int8 activations (VNNI, AMX), measured on the largest
+        self.int8_rows = tiles.NEVER
         if INT8 in largest:
-            self.int8_amx_rows = (
-                like.int8_amx_rows
+            self.int8_rows = (
+                like.int8_rows
                 if like is not None
-                else tiles.int8_amx_rows(*largest[INT8], self.tiles_from.get(INT8, 0), progress)
+                else tiles.int8_rows(*largest[INT8], self.tiles_from.get(INT8, 0), progress)
             )
-            if self.int8_amx_rows[0]:
-                self.model.use_int8_amx(*self.int8_amx_rows)
+            if self.int8_rows.first:
+                self.model.use_int8_activations(*self.int8_rows)
 
     @property
     def int8_activations(self) -> bool:
         """Some weights here multiply int8 activations for some row counts (their rounding is in the check's bound)."""
-        return bool(self.int8_amx_rows[0] or any(rows.first for rows in self.vnni_rows.values()))
+        return bool(self.int8_rows.first or any(rows.first for rows in self.vnni_rows.values()))
 
     @property
     def tiles_everywhere(self) -> bool:
@@ -334,8 +334,9 @@ class CompiledStep:
         parts = []
         if used := [f"{kind} from {rows} rows" for kind, rows in sorted(self.tiles_from.items()) if rows]:
             parts.append(f"bfloat16 tiles for {', '.join(used)}")
-        if self.int8_amx_rows[0]:
-            parts.append("int8 activations for int8 at {}-{} rows (AMX)".format(*self.int8_amx_rows))
+        if (int8 := self.int8_rows).first:
+            on_amx = f" (AMX from {int8.amx_from})" if int8.amx_from else ""
+            parts.append(f"int8 activations for int8 at {int8.first}-{int8.last} rows{on_amx}")
         if ranges := sorted((width, rows) for width, rows in self.vnni_rows.items() if rows.first):
             amx = {width: f" (AMX from {rows.amx_from})" if rows.amx_from else "" for width, rows in ranges}
             spans = ", ".join(f"{w}-wide at {r.first}-{r.last} rows{amx[w]}" for w, r in ranges)

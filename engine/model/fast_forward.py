@@ -416,7 +416,7 @@ TOLERANCE = {torch.float32: 1e-3, torch.bfloat16: 5e-2, torch.float16: 2e-2}  # 
 # weight formats' own rounding: a sanity bound (a layout bug is off by the logits' whole scale), not an accuracy claim
 FORMAT_TOLERANCE = {formats_.BFLOAT16: 5e-2, formats_.INT8: 0.15, formats_.INT4: 0.4}
 ROUNDED_ROWS_TOLERANCE = 2e-2
-# int4/int8 weights times int8 activations (compiled_step's vnni_rows, int8_amx_rows) round each activation to 1/254
+# int4/int8 weights times int8 activations (compiled_step's vnni_rows, int8_rows) round each activation to 1/254
 # of its group's largest: on a 7B-shape Q4_K_M file 2.5e-2 over 2 layers, where the kernels' bfloat16 rows gave 1.3e-2
 INT8_ACTIVATIONS_TOLERANCE = 5e-2
 # 16-bit KV rounds keys and values (relative 2^-8) where transformers' forward keeps them float32

@@ -31,10 +31,10 @@ MEASURE_BUDGET_S = 0.6  # per kind: the load waits for it (later loads read the 
 MIN_WEIGHTS = 1 << 20
 VERSION = 4  # of the tiles' kernels in decode_step.cpp: a choice measured on an older one is measured again
 ENV = "INFERENCE_STUDIO_TILES"  # "never" or "always" instead of the measurement (a user's override, tests)
-# int4 weights times int8 activations (VNNI dot products, or AMX tiles: the same floats), for steps of a few rows:
-# measured against the route that runs there
+# int4 and int8 weights times int8 activations (VNNI dot products, or AMX tiles: the same floats), for steps of a few
+# rows: measured against the route that runs there
 OTHERS, VNNI, AMX = "kernel or tiles", "int8 activations", "int8 activations (AMX)"
-VNNI_VERSION = 4  # of int4_vnni_mm, int4_amx_mm and int8_amx_mm, and the buckets they are measured at
+VNNI_VERSION = 5  # of int4_vnni_mm, int4_amx_mm, int8_vnni_mm and int8_amx_mm, and the buckets they are measured at
 #: "never", "always" (VNNI dot products) or "amx" (AMX tiles where the CPU has them) instead of the measurement
 VNNI_ENV = "INFERENCE_STUDIO_VNNI"
 
@@ -79,72 +79,87 @@ def vnni_rows(
     int4_vnni_mm, or int4_amx_mm where the CPU has AMX) beat what runs there otherwise (torch's kernel below
     tiles_start, the tiles from it): the longest run of measured buckets they win, AMX from where it wins to the end
     of that run; NEVER where this build has no VNNI products."""
+    if int4pack.layout() is None or not torch.ops.studio.int4_vnni():
+        return _forced_warning() or NEVER
+    layout = int4pack.layout()
+    scales = b.contiguous()
+    return _int8_activation_rows(
+        "int4", a, b, a.shape[1] * 2, a.shape[0] * a.shape[1] * 2, tiles_start, progress,
+        vnni=lambda x: torch.ops.studio.int4_vnni_mm(x, a, scales, layout.block, layout.split),
+        amx=lambda x: torch.ops.studio.int4_amx_mm(x, a, scales, layout.block, layout.split),
+    )  # fmt: skip
+
+
+def int8_rows(
+    q: torch.Tensor, scale: torch.Tensor, tiles_start: int, progress: Callable[[str], None] | None = None
+) -> Int8Activations:
+    """For an int8 weight (q, scale): the rows for which int8 activations (decode_step.cpp's int8_vnni_mm, or
+    int8_amx_mm where the CPU has AMX: the same floats) beat what runs there otherwise, as vnni_rows measures them;
+    NEVER where rows are not groups of 32 inputs, or the build has no VNNI products (AMX builds have them)."""
+    if q.shape[1] % 32 or not torch.ops.studio.int4_vnni():
+        return _forced_warning() or NEVER
+    return _int8_activation_rows(
+        "int8", q, scale, q.shape[1], q.numel(), tiles_start, progress,
+        vnni=lambda x: torch.ops.studio.int8_vnni_mm(x, q, scale),
+        amx=lambda x: torch.ops.studio.int8_amx_mm(x, q, scale),
+    )  # fmt: skip
+
+
+def _forced_warning() -> None:
+    """Warn about an INFERENCE_STUDIO_VNNI value that means nothing (then measured)."""
     forced = os.environ.get(VNNI_ENV, "").strip().lower()
     if forced not in ("", "never", "always", "amx"):
         log.warning("%s=%r is not 'never', 'always' or 'amx': measured instead", VNNI_ENV, forced)
-    if forced == "never" or int4pack.layout() is None or not torch.ops.studio.int4_vnni():
+
+
+def _int8_activation_rows(
+    kind: str,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    width: int,
+    weights: int,
+    tiles_start: int,
+    progress: Callable[[str], None] | None,
+    vnni: Callable[[torch.Tensor], torch.Tensor],
+    amx: Callable[[torch.Tensor], torch.Tensor],
+) -> Int8Activations:
+    """The rows for which a weight of `kind` ("int4", "int8") multiplies int8 activations: forced, or measured against
+    the route that runs there otherwise (remembered per machine and shape)."""
+    _forced_warning()
+    forced = os.environ.get(VNNI_ENV, "").strip().lower()
+    if forced == "never":
         return NEVER
-    amx = bool(torch.ops.studio.int4_amx())
+    has_amx = bool(torch.ops.studio.int4_amx())
+    first, last = ACTIVATION_BUCKETS[0], ACTIVATION_BUCKETS[-1]
+    if forced == "amx" and has_amx:
+        return Int8Activations(first, last, first)
     if forced in ("always", "amx"):
-        first, last = ACTIVATION_BUCKETS[0], ACTIVATION_BUCKETS[-1]
-        return Int8Activations(first, last, first if forced == "amx" and amx else 0)
-    if a.shape[0] * a.shape[1] * 2 < MIN_WEIGHTS:
+        return Int8Activations(first, last, 0)
+    if weights < MIN_WEIGHTS:
         return NEVER
-    routes = (OTHERS, VNNI, AMX) if amx else (OTHERS, VNNI)
-    key = formats_.machine_key("int4 vnni", VNNI_VERSION, tuple(a.shape), tiles_start, quantized.tiles_vnni(), amx)
+    routes = (OTHERS, VNNI, AMX) if has_amx else (OTHERS, VNNI)
+    key = formats_.machine_key(f"{kind} vnni", VNNI_VERSION, tuple(a.shape), tiles_start, quantized.tiles_vnni(),
+                               has_amx)  # fmt: skip
     if progress is not None and formats_.remembered(key, routes, ACTIVATION_BUCKETS) is None:
-        progress("measuring int4 products: int8 activations against the bfloat16 tiles (once on this machine)")
-    others = _passes("int4", a, b, a.shape[1] * 2, ACTIVATION_BUCKETS)
-    inputs = {rows: torch.randn(rows, a.shape[1] * 2).to(torch.bfloat16) for rows in ACTIVATION_BUCKETS}
-    scales, layout = b.contiguous(), int4pack.layout()
+        progress(f"measuring {kind} products: int8 activations against the bfloat16 tiles (once on this machine)")
+    others = _passes(kind, a, b, width, ACTIVATION_BUCKETS)
+    inputs = {rows: torch.randn(rows, width).to(torch.bfloat16) for rows in ACTIVATION_BUCKETS}
     passes = {
         OTHERS: lambda rows: others[TILES if 0 < tiles_start <= rows else KERNEL](rows),
-        VNNI: lambda rows: torch.ops.studio.int4_vnni_mm(inputs[rows], a, scales, layout.block, layout.split),
-        AMX: lambda rows: torch.ops.studio.int4_amx_mm(inputs[rows], a, scales, layout.block, layout.split),
+        VNNI: lambda rows: vnni(inputs[rows]),
+        AMX: lambda rows: amx(inputs[rows]),
     }
     choice = formats_.measure({route: passes[route] for route in routes}, buckets=ACTIVATION_BUCKETS, key=key,
                               budget_s=MEASURE_BUDGET_S)  # fmt: skip
     best = _longest_run(choice, (VNNI, AMX), ACTIVATION_BUCKETS)
     if not best:
-        log.info("int4 weights %s: no int8 activations (%s)", tuple(a.shape), choice.describe())
+        log.info("%s weights %s: no int8 activations (%s)", kind, tuple(a.shape), choice.describe())
         return NEVER
     found = Int8Activations(_first_row(best[0], ACTIVATION_BUCKETS), best[-1], 0)
     # AMX from the first of the AMX buckets that end the run
     found = found._replace(amx_from=_start_of_winning_tail(choice, AMX, tuple(best), ACTIVATION_BUCKETS))
-    log.info("int4 weights %s: int8 activations for %s-%s rows%s (%s)", tuple(a.shape), found.first, found.last,
+    log.info("%s weights %s: int8 activations for %s-%s rows%s (%s)", kind, tuple(a.shape), found.first, found.last,
              f", AMX tiles from {found.amx_from}" if found.amx_from else "", choice.describe())  # fmt: skip
-    return found
-
-
-def int8_amx_rows(
-    q: torch.Tensor, scale: torch.Tensor, tiles_start: int, progress: Callable[[str], None] | None = None
-) -> tuple[int, int]:
-    """For an int8 weight: the rows (first, last; (0, 0) for never) for which int8 activations in AMX tiles
-    (decode_step.cpp's int8_amx_mm) beat what runs there otherwise (torch's kernel below tiles_start, the bfloat16
-    tiles from it): the longest run of measured buckets they win. Never where the CPU has no AMX, or with
-    INFERENCE_STUDIO_VNNI=never or always (VNNI dot products throughout: int8 weights have none); all of them with
-    =amx."""
-    forced = os.environ.get(VNNI_ENV, "").strip().lower()
-    if forced in ("never", "always") or q.shape[1] % 32 or not torch.ops.studio.int4_amx():
-        return 0, 0
-    if forced == "amx":
-        return ACTIVATION_BUCKETS[0], ACTIVATION_BUCKETS[-1]
-    if q.numel() < MIN_WEIGHTS:
-        return 0, 0
-    key = formats_.machine_key("int8 amx", VNNI_VERSION, tuple(q.shape), tiles_start, quantized.tiles_vnni())
-    if progress is not None and formats_.remembered(key, (OTHERS, AMX), ACTIVATION_BUCKETS) is None:
-        progress("measuring int8 products: int8 activations against the bfloat16 tiles (once on this machine)")
-    others = _passes("int8", q, scale, q.shape[1], ACTIVATION_BUCKETS)
-    inputs = {rows: torch.randn(rows, q.shape[1]).to(torch.bfloat16) for rows in ACTIVATION_BUCKETS}
-    passes = {
-        OTHERS: lambda rows: others[TILES if 0 < tiles_start <= rows else KERNEL](rows),
-        AMX: lambda rows: torch.ops.studio.int8_amx_mm(inputs[rows], q, scale),
-    }
-    choice = formats_.measure(passes, buckets=ACTIVATION_BUCKETS, key=key, budget_s=MEASURE_BUDGET_S)
-    best = _longest_run(choice, (AMX,), ACTIVATION_BUCKETS)
-    found = (_first_row(best[0], ACTIVATION_BUCKETS), best[-1]) if best else (0, 0)
-    log.info("int8 weights %s: int8 activations for %s rows (%s)", tuple(q.shape),
-             f"{found[0]}-{found[1]}" if best else "no", choice.describe())  # fmt: skip
     return found
 
 

@@ -81,8 +81,8 @@ struct Linear {
   int64_t tiles_from = 0;  // int4/int8: steps of at least this many rows multiply bfloat16 tiles (0: never)
   int64_t block = 0;       // int4: torch's packing's rows per block here, and whether a block's halves share bytes
   bool split = false;
-  // steps of these many rows multiply int8 activations (0: never): int4 weights with VNNI dot products, from
-  // amx_from rows (0: never) with AMX tiles; int8 weights with AMX tiles
+  // steps of these many rows multiply int8 activations (0: never): int4 and int8 weights with VNNI dot products,
+  // from amx_from rows (0: never) with AMX tiles
   int64_t acts_from = 0, acts_to = 0, amx_from = 0;
 };
 
@@ -901,24 +901,160 @@ void configure_int8_amx(int64_t rows) {
 #pragma GCC diagnostic pop
 #endif
 
+// ---- int8 weights times int8 activations with VNNI dot products, for CPUs without AMX ----
+//
+// Why: torch's int8 kernel converts every code to float and costs as much per row however many rows share a weight;
+// on 2 Zen cores a 3B Q4_K_M file's int8 weights (its Q6_K tensors) streamed at ~24 GB/s against the int4 VNNI
+// route's ~37. Here 16 weight rows' 32 codes of a group are turned into VNNI's layout in registers (8 words of 4
+// codes per row: a 16 x 8 word transpose, shared by every row of activations), made unsigned (code + 128, one xor),
+// and multiplied by the int8 activations with one instruction per 4 inputs of 16 rows; the offset's share,
+// 128 x (sum of the group's activation codes), starts each group's sum below zero, so the sums are the exact int32
+// ones the AMX tiles give, and each group is scaled as there (fused, in group order): the same floats, bit for bit.
+
+#if defined(STUDIO_INT4_VNNI)
 #pragma GCC diagnostic push  // as above: GCC 12's own intrinsics' don't-care lanes
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-// x [M, K] bfloat16 @ (q [N, K] int8 * scale [N])^T -> float32 [M, N], activations as int8 (K a multiple of 32)
-Tensor int8_amx_mm(const Tensor& x, const Tensor& q, const Tensor& scale) {
-  TORCH_CHECK_VALUE(int4_amx(), "this CPU or build has no AMX int8 tiles");
-  TORCH_CHECK_TYPE(x.dim() == 2 && x.scalar_type() == at::kBFloat16, "int8 AMX multiplies bfloat16 rows [M, K]");
+// group g of weight rows row0 .. row0 + 15 (rows past `count` read as zeros) as 8 words per row, unsigned:
+// words[j] lane r = codes 4j .. 4j + 3 of row row0 + r, each + 128
+inline void int8_vnni_words(const int8_t* weights, int64_t k, int64_t row0, int64_t count, int64_t g,
+                            __m512i words[8]) {
+  __m256i rows[16];
+  for (int r = 0; r < 16; ++r) {
+    rows[r] = r < count ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(weights + (row0 + r) * k + g * 32))
+                        : _mm256_setzero_si256();
+  }
+  const __m512i offset = _mm512_set1_epi8(static_cast<char>(0x80));
+  __m512i y[8], t[8], u[8];
+  for (int p = 0; p < 8; ++p) {  // lanes 0..7: row p's 8 words, 8..15: row p + 8's
+    y[p] = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(rows[p]), rows[p + 8], 1), offset);
+  }
+  for (int p = 0; p < 8; p += 2) {  // an 8 x 8 word transpose in each half, 128 bits at a time
+    t[p] = _mm512_unpacklo_epi32(y[p], y[p + 1]);
+    t[p + 1] = _mm512_unpackhi_epi32(y[p], y[p + 1]);
+  }
+  for (int h = 0; h < 8; h += 4) {  // u[h + w], per 128 bits: rows h .. h + 3 (h + 8 ..) of words w and w + 4
+    u[h] = _mm512_unpacklo_epi64(t[h], t[h + 2]);
+    u[h + 1] = _mm512_unpackhi_epi64(t[h], t[h + 2]);
+    u[h + 2] = _mm512_unpacklo_epi64(t[h + 1], t[h + 3]);
+    u[h + 3] = _mm512_unpackhi_epi64(t[h + 1], t[h + 3]);
+  }
+  const __m512i low = _mm512_set_epi64(13, 12, 5, 4, 9, 8, 1, 0), high = _mm512_set_epi64(15, 14, 7, 6, 11, 10, 3, 2);
+  for (int w = 0; w < 4; ++w) {  // rows 0..3, 4..7, 8..11, 12..15 in order
+    words[w] = _mm512_permutex2var_epi64(u[w], low, u[w + 4]);
+    words[w + 4] = _mm512_permutex2var_epi64(u[w], high, u[w + 4]);
+  }
+}
+
+// MC rows of activations (from m0) against weight rows row0 .. row0 + count - 1 (count <= 16)
+template <int MC>
+void int8_vnni_block16(const int8_t* weights, int64_t k, int64_t row0, int64_t count, const float* scale,
+                       const int8_t* q, const float* step, const int32_t* offset, int64_t m0, int64_t n, float* out) {
+  const int64_t groups = k / 32;
+  __m512 acc[MC];
+  for (int i = 0; i < MC; ++i) acc[i] = _mm512_setzero_ps();
+  for (int64_t g = 0; g < groups; ++g) {
+    if (g % 2 == 0 && g + 8 < groups) {  // each row's cache line 4 lines ahead
+      for (int64_t r = 0; r < count; ++r) {
+        _mm_prefetch(reinterpret_cast<const char*>(weights + (row0 + r) * k + (g + 8) * 32), _MM_HINT_T0);
+      }
+    }
+    __m512i words[8];
+    int8_vnni_words(weights, k, row0, count, g, words);
+    for (int i = 0; i < MC; ++i) {
+      const int64_t at = (m0 + i) * groups + g;
+      const int8_t* codes = q + (m0 + i) * k + g * 32;
+      __m512i dot = _mm512_set1_epi32(offset[at]);
+      for (int w = 0; w < 8; ++w) {
+        int32_t four;
+        std::memcpy(&four, codes + 4 * w, 4);
+        dot = _mm512_dpbusd_epi32(dot, words[w], _mm512_set1_epi32(four));
+      }
+      acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_set1_ps(step[at]), acc[i]);
+    }
+  }
+  const __mmask16 kept = count >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << count) - 1);
+  const __m512 scales = _mm512_maskz_loadu_ps(kept, scale + row0);
+  for (int i = 0; i < MC; ++i) _mm512_mask_storeu_ps(out + (m0 + i) * n + row0, kept, _mm512_mul_ps(acc[i], scales));
+}
+#pragma GCC diagnostic pop
+#endif
+
+// the specification, and what a CPU without VNNI runs: per row and weight row, each group's exact int32 sum scaled by
+// its step, fused in group order, then the weight row's scale
+[[maybe_unused]] void int8_activations_plain(const int8_t* weights, int64_t k, int64_t row0, int64_t count,
+                                             const float* scale, const int8_t* q, const float* step, int64_t m,
+                                             int64_t n, float* out) {
+  const int64_t groups = k / 32;
+  for (int64_t r = row0; r < row0 + count; ++r) {
+    for (int64_t i = 0; i < m; ++i) {
+      float acc = 0.0f;
+      for (int64_t g = 0; g < groups; ++g) {
+        int32_t dot = 0;
+        for (int64_t c = g * 32; c < g * 32 + 32; ++c) dot += static_cast<int32_t>(weights[r * k + c]) * q[i * k + c];
+        acc = std::fma(static_cast<float>(dot), step[i * groups + g], acc);
+      }
+      out[i * n + r] = acc * scale[r];
+    }
+  }
+}
+
+#pragma GCC diagnostic push  // as above: GCC 12's own intrinsics' don't-care lanes
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// x [M, K] bfloat16 @ (q [N, K] int8 * scale [N])^T -> float32 [M, N], activations as int8 (K a multiple of 32): with
+// AMX tiles, or VNNI dot products (plain loops where the build has none): the same floats either way
+Tensor int8_int8_activations_mm(const Tensor& x, const Tensor& q, const Tensor& scale, bool amx) {
+  TORCH_CHECK_VALUE(!amx || int4_amx(), "this CPU or build has no AMX int8 tiles");
+  TORCH_CHECK_TYPE(x.dim() == 2 && x.scalar_type() == at::kBFloat16, "int8 activations are bfloat16 rows [M, K]");
   const int64_t m = x.size(0), k = x.size(1), n = q.size(0);
   TORCH_CHECK_VALUE(q.dim() == 2 && q.scalar_type() == at::kChar && q.is_contiguous() && q.size(1) == k && k % 32 == 0,
                     "an int8 weight [rows, ", k, "] (a multiple of 32), not ", q.sizes());
   TORCH_CHECK_VALUE(scale.dim() == 1 && scale.size(0) == n && scale.is_contiguous(), "int8 scales must be [", n, "]");
   Tensor out = at::empty({m, n}, x.options().dtype(at::kFloat));
-#if defined(STUDIO_INT4_AMX)
   const Tensor scales = scale.to(at::kFloat).contiguous();
   const Tensor rows = x.contiguous();
-  const int64_t groups = k / 32, chunks = (m + 15) / 16;
+  const int64_t groups = k / 32;
   std::vector<int8_t> codes(m * k);
   std::vector<float> step(m * groups), total(m * groups);
   quantize_groups(rows.data_ptr<at::BFloat16>(), m, k, codes.data(), step.data(), total.data());
+  const int8_t* weights = q.data_ptr<int8_t>();
+  const float* sp = scales.data_ptr<float>();
+  float* o = out.data_ptr<float>();
+  if (!amx) {
+#if defined(STUDIO_INT4_VNNI)
+    std::vector<int32_t> offset(m * groups, 0);  // -128 x each group's codes' sum: the unsigned weights' share
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t g = 0; g < groups; ++g) {
+        int32_t sum = 0;
+        for (int64_t c = 0; c < 32; ++c) sum += codes[i * k + g * 32 + c];
+        offset[i * groups + g] = -128 * sum;
+      }
+    }
+    const int8_t* cp = codes.data();
+    const float* stp = step.data();
+    const int32_t* op = offset.data();
+    at::parallel_for(0, (n + 15) / 16, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t unit = begin; unit < end; ++unit) {
+        const int64_t row0 = unit * 16, count = std::min<int64_t>(16, n - row0);
+        int64_t m0 = 0;
+        for (; m0 + 8 <= m; m0 += 8) int8_vnni_block16<8>(weights, k, row0, count, sp, cp, stp, op, m0, n, o);
+        for (; m0 + 4 <= m; m0 += 4) int8_vnni_block16<4>(weights, k, row0, count, sp, cp, stp, op, m0, n, o);
+        for (; m0 + 2 <= m; m0 += 2) int8_vnni_block16<2>(weights, k, row0, count, sp, cp, stp, op, m0, n, o);
+        for (; m0 < m; ++m0) int8_vnni_block16<1>(weights, k, row0, count, sp, cp, stp, op, m0, n, o);
+      }
+    });
+#else
+    at::parallel_for(0, (n + 15) / 16, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t unit = begin; unit < end; ++unit) {
+        const int64_t row0 = unit * 16;
+        int8_activations_plain(weights, k, row0, std::min<int64_t>(16, n - row0), sp, codes.data(), step.data(), m, n,
+                               o);
+      }
+    });
+#endif
+    return out;
+  }
+#if defined(STUDIO_INT4_AMX)
+  const int64_t chunks = (m + 15) / 16;
   // per 16 rows and group: the activations as the tile multiplies them ([8][16] words of 4 inputs; rows past M zero)
   // and their steps across the 16 rows
   std::vector<int32_t> tiles(chunks * groups * 8 * 16, 0);
@@ -932,9 +1068,6 @@ Tensor int8_amx_mm(const Tensor& x, const Tensor& q, const Tensor& scale) {
       steps[(c * groups + g) * 16 + lane] = step[i * groups + g];
     }
   }
-  const int8_t* weights = q.data_ptr<int8_t>();
-  const float* sp = scales.data_ptr<float>();
-  float* o = out.data_ptr<float>();
   at::parallel_for(0, (n + 15) / 16, 1, [&](int64_t begin, int64_t end) {
     alignas(64) int32_t sums[16][16] = {};
     alignas(64) float done[16][16];
@@ -971,6 +1104,14 @@ Tensor int8_amx_mm(const Tensor& x, const Tensor& q, const Tensor& scale) {
 }
 #pragma GCC diagnostic pop
 
+Tensor int8_vnni_mm(const Tensor& x, const Tensor& q, const Tensor& scale) {
+  return int8_int8_activations_mm(x, q, scale, false);
+}
+
+Tensor int8_amx_mm(const Tensor& x, const Tensor& q, const Tensor& scale) {
+  return int8_int8_activations_mm(x, q, scale, true);
+}
+
 // out[r, :] as float32, whatever the kernel returned
 Tensor run_linear(const Linear& lin, const Tensor& x) {
   Tensor rows = x.scalar_type() == lin.input ? x : x.to(lin.input);
@@ -981,7 +1122,7 @@ Tensor run_linear(const Linear& lin, const Tensor& x) {
     out = at::linear(rows, lin.a);
   } else if (lin.kind == INT8) {
     if (lin.acts_from > 0 && x.size(0) >= lin.acts_from && x.size(0) <= lin.acts_to) {
-      out = int8_amx_mm(rows, lin.a, lin.b);
+      out = int8_int8_activations_mm(rows, lin.a, lin.b, lin.amx_from > 0 && x.size(0) >= lin.amx_from);
     } else if (lin.tiles_from > 0 && x.size(0) >= lin.tiles_from) {
       out = int8_tiles_mm(rows, lin.a, lin.b, tiles_vnni());
     } else {
@@ -1207,17 +1348,22 @@ struct DecodeModel : torch::CustomClassHolder {
     }
   }
 
-  // Steps of `from` to `to` rows (from 0: none) multiply the int8 weights with int8 activations in AMX tiles
-  // (int8_amx_mm; weights whose rows are not groups of 32 inputs keep their route); measured on the largest.
-  void use_int8_amx(int64_t from, int64_t to) {
-    TORCH_CHECK_VALUE(from >= 0 && (from == 0 || to >= from), "AMX takes a range of row counts, or 0 for never");
-    TORCH_CHECK_VALUE(from == 0 || int4_amx(), "this CPU or build has no AMX int8 tiles");
+  // Steps of `from` to `to` rows (from 0: none) multiply the int8 weights with int8 activations, VNNI dot products
+  // (int8_vnni_mm), from `amx_from` rows AMX tiles (int8_amx_mm; 0: never): the same floats; weights whose rows are not
+  // groups of 32 inputs keep their route. Measured on the largest.
+  void use_int8_activations(int64_t from, int64_t to, int64_t amx_from) {
+    TORCH_CHECK_VALUE(from >= 0 && (from == 0 || to >= from), "int8 activations take a range of row counts, or 0");
+    TORCH_CHECK_VALUE(amx_from == 0 || (from > 0 && amx_from >= from && amx_from <= to),
+                      "AMX tiles start within the range of row counts, or 0 for never");
+    TORCH_CHECK_VALUE(from == 0 || amx_from == from || int4_vnni(), "this build has no VNNI int8 products");
+    TORCH_CHECK_VALUE(amx_from == 0 || int4_amx(), "this CPU or build has no AMX int8 tiles");
     for (auto& layer : linears) {
       for (auto& projection : layer) {
         for (auto& lin : projection.parts) {
           if (lin.kind != INT8 || lin.in_features % 32 != 0) continue;
           lin.acts_from = from;
           lin.acts_to = from ? to : 0;
+          lin.amx_from = amx_from;
         }
       }
     }
@@ -1469,7 +1615,7 @@ TORCH_LIBRARY(studio, m) {
       .def("add_linear", &DecodeModel::add_linear)
       .def("use_tiles", &DecodeModel::use_tiles)
       .def("use_vnni", &DecodeModel::use_vnni)
-      .def("use_int8_amx", &DecodeModel::use_int8_amx)
+      .def("use_int8_activations", &DecodeModel::use_int8_activations)
       .def("forward", &DecodeModel::forward);
   m.def("contract() -> str", &contract);
   m.def("tiles_vnni() -> bool", &tiles_vnni);
@@ -1481,5 +1627,6 @@ TORCH_LIBRARY(studio, m) {
   m.def("int4_vnni_mm(Tensor x, Tensor packed, Tensor sz, int block, bool split) -> Tensor", &int4_vnni_mm);
   m.def("int4_amx() -> bool", &int4_amx);
   m.def("int4_amx_mm(Tensor x, Tensor packed, Tensor sz, int block, bool split) -> Tensor", &int4_amx_mm);
+  m.def("int8_vnni_mm(Tensor x, Tensor q, Tensor scale) -> Tensor", &int8_vnni_mm);
   m.def("int8_amx_mm(Tensor x, Tensor q, Tensor scale) -> Tensor", &int8_amx_mm);
 }

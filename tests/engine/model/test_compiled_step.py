@@ -597,34 +597,40 @@ def test_steps_of_a_few_rows_may_multiply_int4_weights_with_int8_activations(fol
 
 @needs_library
 @pytest.mark.parametrize("plan", ["int8", "Q4_K_M-like mix"])
-def test_steps_of_a_few_rows_may_multiply_int8_weights_with_int8_activations(folders, plan) -> None:
-    """Where the CPU has AMX tiles, int8 weights multiply int8 activations for the row counts measured at load (forced
-    here to 2-16 rows: tiny weights never measure it): a step of 12 rows gives the logits and the cache torch's
-    kernels give, within the activations' rounding."""
+@pytest.mark.parametrize("rows", [12, 40])
+def test_steps_of_a_few_rows_may_multiply_int8_weights_with_int8_activations(folders, plan, rows) -> None:
+    """For the row counts measured at load (forced here to 2-64 rows: tiny weights never measure it), int8 weights
+    multiply int8 activations with VNNI dot products: a step of 12 or 40 rows gives the logits and the cache torch's
+    kernels give, within the activations' rounding; with AMX tiles (where the CPU has them), the same logits and cache
+    as VNNI's, bit for bit."""
     from engine.model import tiles
     from tests.helpers import hold_as_stored
 
-    if not torch.ops.studio.int4_amx():
-        pytest.skip("this CPU or build has no AMX int8 tiles (never chosen)")
+    if not torch.ops.studio.int4_vnni():
+        pytest.skip("this CPU or build has no VNNI products (never chosen; plain loops: test_tiles.py)")
     model = hold_as_stored(_model(folders["llama"]), STORED_PLANS[plan], embed="int8", head="int8")
     fast = fast_forward.FastForward(model)
     step = fast.compiled[fast.stored_format]
-    assert step.int8_amx_rows == (0, 0) and all(rows == tiles.NEVER for rows in step.vnni_rows.values())
-    rows = 12
+    assert step.int8_rows == tiles.NEVER and all(rows == tiles.NEVER for rows in step.vnni_rows.values())
     ids = torch.randint(0, model.config.vocab_size, (rows + 1,), generator=torch.Generator().manual_seed(8)).tolist()
     runs, caches = [], []
-    for start in (2, 0):  # int8 activations from two rows, then never
-        step.model.use_int8_amx(start, 16)
+    amx = torch.ops.studio.int4_amx()
+    # int8 activations from two rows (AMX tiles from 8), with VNNI throughout, then never
+    for start, amx_from in ((2, 8 if amx else 0), (2, 0), (0, 0)):
+        step.model.use_int8_activations(start, 64, amx_from)
         logits, cache = _prompt_step(fast, ids, rows)
         runs.append(logits)
         assert fast.last_compiled
         caches.append(cache)
-    amx, kernel = runs
-    assert not torch.equal(amx, kernel)  # they ran
-    assert float((amx - kernel).abs().max() / kernel.abs().max()) < 3e-2
-    assert float((caches[0] - caches[1]).abs().max()) < 3e-2 * float(caches[1].abs().max())
+    with_amx, vnni, kernel = runs
+    assert torch.equal(with_amx, vnni) and torch.equal(caches[0], caches[1])
+    assert not torch.equal(vnni, kernel)  # they ran
+    assert float((vnni - kernel).abs().max() / kernel.abs().max()) < 3e-2
+    assert float((caches[1] - caches[2]).abs().max()) < 3e-2 * float(caches[2].abs().max())
     with pytest.raises(ValueError, match="range of row counts"):
-        step.model.use_int8_amx(8, 4)
+        step.model.use_int8_activations(8, 4, 0)
+    with pytest.raises(ValueError, match="AMX tiles start within"):
+        step.model.use_int8_activations(4, 8, 12)
 
 
 @needs_library

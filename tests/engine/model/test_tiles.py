@@ -184,8 +184,9 @@ def _int4_with_int8_activations(x: torch.Tensor, linear: Int4Linear) -> torch.Te
 
 
 def _int8_with_int8_activations(x: torch.Tensor, linear: Int8Linear) -> torch.Tensor:
-    """int8_amx_mm's arithmetic in torch: the activations quantized as above, integer dot products with the codes
-    per group, each group's sums times its steps added with fused multiply-adds in group order, then the row scale."""
+    """int8_vnni_mm's and int8_amx_mm's arithmetic in torch: the activations quantized as above, integer dot products
+    with the codes per group, each group's sums times its steps added with fused multiply-adds in group order, then the
+    row scale."""
     rows, k = x.shape
     q, step = _int8_groups(x)
     codes = linear.q.double().view(linear.out_features, k // 32, 32)
@@ -196,26 +197,30 @@ def _int8_with_int8_activations(x: torch.Tensor, linear: Int8Linear) -> torch.Te
     return out * linear.scale.float()[None, :]
 
 
+@pytest.mark.parametrize("product", ["int8_vnni_mm", "int8_amx_mm"])
 @pytest.mark.parametrize("rows", [1, 5, 16, 19])
-def test_int8_weights_times_int8_activations_are_computed_as_specified(rows) -> None:
-    """int8_amx_mm where the CPU has AMX tiles: bit for bit its specification in torch, within the activations'
-    rounding of the exact product, a row's result the same alone as among others. 200 weight rows: twelve tiles of
-    16 and a short one; 19 rows of activations: a tile of 16 and one of 3."""
-    if not torch.ops.studio.int4_amx():
+def test_int8_weights_times_int8_activations_are_computed_as_specified(rows, product) -> None:
+    """int8_vnni_mm on any CPU (VNNI dot products where the build has them, plain loops elsewhere), and int8_amx_mm
+    where the CPU has AMX tiles: bit for bit their specification in torch, within the activations' rounding of the
+    exact product, a row's result the same alone as among others. 200 weight rows: twelve blocks of 16 and a short
+    one; 19 rows of activations: 8 + 8 + 2 + 1 (VNNI), a tile of 16 and one of 3 (AMX). Codes of -128 and 127 are
+    the extremes the unsigned offset must carry."""
+    if product == "int8_amx_mm" and not torch.ops.studio.int4_amx():
         pytest.skip("this CPU or build has no AMX int8 tiles")
     generator = torch.Generator().manual_seed(9)
     linear = Int8Linear(torch.randn(200, 640, generator=generator) * 0.05, None)
+    linear.q[:3, :64] = torch.tensor([-128, 127, -127, 0], dtype=torch.int8).repeat(16)
     x = torch.randn(rows, 640, generator=generator).to(torch.bfloat16)
     x[:, :32] = torch.tensor([127.0, -126.5, 2.5, -2.5, 0.5, -0.5, 3.5, 100.5] * 4)  # halves: away from zero
-    got = torch.ops.studio.int8_amx_mm(x, linear.q, linear.scale)
+    got = getattr(torch.ops.studio, product)(x, linear.q, linear.scale)
     assert got.shape == (rows, 200) and got.dtype == torch.float32
     assert torch.equal(got, _int8_with_int8_activations(x, linear))
     exact = x.double() @ linear.dequantize().double().t()
     assert _close(got, exact) < 1.5e-2
     for row in range(rows):
-        assert torch.equal(torch.ops.studio.int8_amx_mm(x[row : row + 1], linear.q, linear.scale)[0], got[row])
+        assert torch.equal(getattr(torch.ops.studio, product)(x[row : row + 1], linear.q, linear.scale)[0], got[row])
     with pytest.raises(ValueError, match="multiple of 32"):
-        torch.ops.studio.int8_amx_mm(x[:, :48], linear.q[:, :48].contiguous(), linear.scale)
+        getattr(torch.ops.studio, product)(x[:, :48], linear.q[:, :48].contiguous(), linear.scale)
 
 
 def test_int8_weights_take_int8_activations_where_measured_forced_or_never(monkeypatch, tmp_path) -> None:
@@ -223,24 +228,27 @@ def test_int8_weights_take_int8_activations_where_measured_forced_or_never(monke
     # a measurement taken while other processes hold the CPUs is not kept: this machine may be busy with others
     monkeypatch.setattr(formats_.contention, "others_share", lambda start, end: 0.0)
     small = Int8Linear(torch.randn(64, 64), None)
-    everywhere = (tiles.ACTIVATION_BUCKETS[0], tiles.ACTIVATION_BUCKETS[-1])
-    for forced, expected in (("never", (0, 0)), ("always", (0, 0)), ("amx", everywhere)):
+    vnni, amx = torch.ops.studio.int4_vnni(), torch.ops.studio.int4_amx()
+    everywhere = tiles.Int8Activations(tiles.ACTIVATION_BUCKETS[0], tiles.ACTIVATION_BUCKETS[-1])
+    with_amx = everywhere._replace(amx_from=everywhere.first if amx else 0)
+    for forced, expected in (("never", tiles.NEVER), ("always", everywhere), ("amx", with_amx)):
         monkeypatch.setenv(tiles.VNNI_ENV, forced)
-        assert tiles.int8_amx_rows(small.q, small.scale, 0) == (expected if torch.ops.studio.int4_amx() else (0, 0))
+        assert tiles.int8_rows(small.q, small.scale, 0) == (expected if vnni else tiles.NEVER)
     monkeypatch.delenv(tiles.VNNI_ENV)
-    assert tiles.int8_amx_rows(small.q, small.scale, 0) == (0, 0)  # tiny: never measured
+    assert tiles.int8_rows(small.q, small.scale, 0) == tiles.NEVER  # tiny: never measured
     odd = Int8Linear(torch.randn(64, 40), None)  # rows that are not groups of 32 inputs: never
-    monkeypatch.setenv(tiles.VNNI_ENV, "amx")
-    assert tiles.int8_amx_rows(odd.q, odd.scale, 0) == (0, 0)
+    monkeypatch.setenv(tiles.VNNI_ENV, "always")
+    assert tiles.int8_rows(odd.q, odd.scale, 0) == tiles.NEVER
     monkeypatch.delenv(tiles.VNNI_ENV)
-    if not torch.ops.studio.int4_amx():
+    if not vnni:
         return
     weight = Int8Linear(torch.randn(1024, 2048) * 0.05, None)  # 2M weights: measured
     told: list[str] = []
-    first = tiles.int8_amx_rows(weight.q, weight.scale, 0, told.append)
-    assert first == (0, 0) or (first[0] <= first[1] and first[1] in tiles.ACTIVATION_BUCKETS)
+    first = tiles.int8_rows(weight.q, weight.scale, 0, told.append)
+    assert first == tiles.NEVER or (first.first <= first.last and first.last in tiles.ACTIVATION_BUCKETS)
+    assert first.amx_from == 0 or (amx and first.first <= first.amx_from <= first.last)
     assert told and told[0].startswith("measuring int8 products: int8 activations")
-    assert tiles.int8_amx_rows(weight.q, weight.scale, 0, told.append) == first
+    assert tiles.int8_rows(weight.q, weight.scale, 0, told.append) == first
     assert len(told) == 1  # remembered: nothing to say
 
 
@@ -337,19 +345,19 @@ def test_int8_activations_take_the_longest_run_of_buckets_they_win(monkeypatch, 
 
 
 def test_the_runtime_record_names_every_route_a_step_takes() -> None:
-    """CompiledStep.tiles_note: the bfloat16 tiles, int8 activations for int8 weights (AMX) and for int4 weights per
-    input width (VNNI, AMX from some rows), each only where it runs."""
+    """CompiledStep.tiles_note: the bfloat16 tiles, int8 activations for int8 weights and for int4 weights per input
+    width (VNNI, AMX from some rows), each only where it runs."""
     from types import SimpleNamespace
 
     note = compiled_step.CompiledStep.tiles_note.fget
     step = SimpleNamespace(
         tiles_from={"int4": 9, "int8": 0},
-        int8_amx_rows=(1, 16),
+        int8_rows=tiles.Int8Activations(1, 16, 1),
         vnni_rows={2048: tiles.Int8Activations(1, 16, 5), 11008: tiles.Int8Activations(1, 8)},
     )
     assert note(step) == (
-        "bfloat16 tiles for int4 from 9 rows; int8 activations for int8 at 1-16 rows (AMX); "
+        "bfloat16 tiles for int4 from 9 rows; int8 activations for int8 at 1-16 rows (AMX from 1); "
         "int8 activations for int4 2048-wide at 1-16 rows (AMX from 5), 11008-wide at 1-8 rows"
     )
-    nothing = SimpleNamespace(tiles_from={"int4": 0}, int8_amx_rows=(0, 0), vnni_rows={2048: tiles.NEVER})
+    nothing = SimpleNamespace(tiles_from={"int4": 0}, int8_rows=tiles.NEVER, vnni_rows={2048: tiles.NEVER})
     assert note(nothing) is None
