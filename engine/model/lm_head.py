@@ -4,12 +4,14 @@ matrix; what is picked from is float32's)."""
 
 from __future__ import annotations
 
+import math
+import os
 from collections.abc import Callable
 
 import torch
 from torch import nn
 
-from engine.model import formats, int4pack
+from engine.model import formats, int4pack, tiles
 from engine.model.quantized import Int4Linear, Int8Linear
 
 CANDIDATES = 8  # recomputed first; near-ties within bfloat16's error of the leaders are recomputed beyond them
@@ -75,6 +77,56 @@ def _exact_kernel(module: nn.Module, x: torch.Tensor) -> torch.Tensor | None:
     return None
 
 
+INT8_GROUP = 32  # inputs per int8 step of the activations (decode_step.cpp's quantize_groups)
+
+
+class Int8ActivationsHead(nn.Module):
+    """A stored int8 or int4 head's weights times int8 activations (decode_step.cpp's int8_vnni_mm, int4_vnni_mm):
+    float32 logits for ranking, about twice as fast as torch's weight-only kernels on one row, measured at load."""
+
+    def __init__(self, module: Int8Linear | Int4Linear) -> None:
+        super().__init__()
+        self._module = [module]  # not registered: the model owns it
+        self.in_features, self.out_features = module.in_features, module.out_features
+        self._scales = module.scales_and_zeros.contiguous() if isinstance(module, Int4Linear) else None
+
+    @classmethod
+    def measured(cls, module: nn.Module) -> Int8ActivationsHead | None:
+        """The int8-activation head of `module` where it runs here and one row through it was measured faster than
+        through the module's own kernel (remembered per machine and shape), else None."""
+        if not _vnni_head_runs(module):
+            return None
+        fast = cls(module)
+        x = torch.randn(1, module.in_features)
+        passes = {"kernel": lambda _rows: module(x), "int8 activations": lambda _rows: fast(x)}
+        key = formats.machine_key("lm head int8 activations", type(module).__name__, module.out_features,
+                                  module.in_features)  # fmt: skip
+        return fast if formats.measure(passes, buckets=(1,), key=key).format_for(1) == "int8 activations" else None
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        module, rows = self._module[0], hidden.reshape(-1, self.in_features).to(torch.bfloat16).contiguous()
+        if self._scales is None:
+            out = torch.ops.studio.int8_vnni_mm(rows, module.q, module.scale)
+        else:
+            layout = int4pack.layout()
+            out = torch.ops.studio.int4_vnni_mm(rows, module.packed, self._scales, layout.block, layout.split)
+            out = out[:, : self.out_features]
+        return out if module.bias is None else out + module.bias
+
+
+def _vnni_head_runs(module: nn.Module) -> bool:
+    """The compiled step's VNNI products are here and take this head (rows of whole groups of 32 inputs)."""
+    if os.environ.get(tiles.VNNI_ENV, "").strip().lower() == "never" or not _exact_kernels():
+        return False
+    if not torch.ops.studio.int4_vnni() or module.in_features % INT8_GROUP:
+        return False
+    if module.in_features * module.out_features < tiles.MIN_WEIGHTS:  # tiny test models rank alike on every machine
+        return False
+    if isinstance(module, Int8Linear):
+        return module.q.is_contiguous() and module.q.device.type == "cpu"
+    return isinstance(module, Int4Linear) and int4pack.layout() is not None and module.packed.device.type == "cpu"
+
+
 class LMHead:
     """exact(hidden) -> float32 logits; leading(hidden, count) -> logits whose leaders are float32's: every token
     that can be among a row's `count - TOP_K_MARGIN` best (its best, for count <= CANDIDATES) by the float32 head is
@@ -120,15 +172,34 @@ class LMHead:
     @classmethod
     def stored(cls, module: nn.Module) -> LMHead:
         """A head held in a weight module (int8, int4, 16-bit): the module itself is the fast head (bfloat16 rows in,
-        its rounding out), and what is picked from is float32 over its dequantized weights, exact for the weights as
-        stored: the leading candidates recomputed from their rows, every logit when all are asked for."""
+        its rounding out), or its weights times int8 activations where measured faster (Int8ActivationsHead), and
+        what is picked from is float32 over its dequantized weights, exact for the weights as stored: the leading
+        candidates recomputed from their rows, every logit when all are asked for."""
         head = cls(DequantizedHead(module), None, module.bias, try_fast=False)
         head.rows_of = module.dequantize
         norm = _max_row_norm(module)
+        if (fast := Int8ActivationsHead.measured(module)) is not None:
+            head.use_int8_activations(fast, norm)
+            return head
         # margin 4: the kernel rebuilds each weight from its code, scale and zero in bfloat16 (a rounding or two more
         # on each product than a bfloat16 weight has); a wider bound only recomputes a few more near-ties
         head.use_fast(module, max_row_norm=norm, margin=4.0)
         return head
+
+    def use_int8_activations(self, fast: nn.Module, max_row_norm: float) -> None:
+        """Pick leaders from `fast`, the stored weights times int8 activations (Int8ActivationsHead): float32 out."""
+        self.fast = fast
+        n = self.exact.in_features
+        # The activations' error, per element: rounding to bfloat16 (u |x_i|), then to its group's int8 step (at most
+        # half of the group's largest / 127, that largest up to (1 + u) of x's): in norm at most
+        # (u + (1 + u) sqrt(32) / 254) ||x|| (the groups' largest squared sum to at most ||x||^2). Times ||w_t||
+        # (Cauchy-Schwarz); float32 sums of the groups' products, 2 gamma_n of that sum again; the output's rounding
+        # (the row scale's product, the bias add) 2 float32 units of |a_t|.
+        gamma = n * F32_U / (1 - n * F32_U)
+        activations = BF16_U + (1 + BF16_U) * math.sqrt(INT8_GROUP) / 254
+        self._norm_error = (activations + 2 * gamma) * (1 + activations) * 1.01 * max_row_norm  # times ||x||
+        self._output_error = 2 * F32_U * 1.01  # times |a_t| + |bias_t|
+        self._bias_error = 0.0 if self.bias is None else self._output_error * float(self.bias.detach().abs().max())
 
     def greedy(self, hidden: torch.Tensor, allowed: torch.Tensor | None = None) -> torch.Tensor:
         """allowed [rows, vocab]: only these tokens may be picked (a grammar's mask, end tokens banned by min_tokens);
