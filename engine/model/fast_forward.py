@@ -122,6 +122,8 @@ class FastForward:
         decoder = [m for layer in model.model.layers for m in _decoder_linears(layer)]
         native = " + ".join(sorted({weights.linear_format(m) for m in decoder}))  # the weights as stored
         self.stored_format = native
+        if compiled and self.device.type == "cpu":  # first: a stored head ranks with its products where they are faster
+            compiled_step.ensure_loaded(progress)
         self.lm_head = self._make_lm_head(model.get_output_embeddings(), pack, formats)
         self.kinds = ["lean Llama-family forward", "fused QKV", "fused gate/up MLP", "fused RMSNorm"]
         self._choose_formats(native, formats, pack, progress)

@@ -93,10 +93,13 @@ class Int8ActivationsHead(nn.Module):
     @classmethod
     def measured(cls, module: nn.Module) -> Int8ActivationsHead | None:
         """The int8-activation head of `module` where it runs here and one row through it was measured faster than
-        through the module's own kernel (remembered per machine and shape), else None."""
+        through the module's own kernel (remembered per machine and shape) or INFERENCE_STUDIO_VNNI forces it (=never:
+        never), else None."""
         if not _vnni_head_runs(module):
             return None
         fast = cls(module)
+        if os.environ.get(tiles.VNNI_ENV, "").strip().lower() in ("always", "amx"):  # forced, as the other products
+            return fast
         x = torch.randn(1, module.in_features)
         passes = {"kernel": lambda _rows: module(x), "int8 activations": lambda _rows: fast(x)}
         key = formats.machine_key("lm head int8 activations", type(module).__name__, module.out_features,

@@ -79,9 +79,10 @@ def vnni_rows(
     int4_vnni_mm, or int4_amx_mm where the CPU has AMX) beat what runs there otherwise (torch's kernel below
     tiles_start, the tiles from it): the longest run of measured buckets they win, AMX from where it wins to the end
     of that run; NEVER where this build has no VNNI products."""
-    if int4pack.layout() is None or not torch.ops.studio.int4_vnni():
-        return _forced_warning() or NEVER
     layout = int4pack.layout()
+    if layout is None or not torch.ops.studio.int4_vnni():
+        _forced_warning()
+        return NEVER
     scales = b.contiguous()
     return _int8_activation_rows(
         "int4", a, b, a.shape[1] * 2, a.shape[0] * a.shape[1] * 2, tiles_start, progress,
@@ -97,7 +98,8 @@ def int8_rows(
     int8_amx_mm where the CPU has AMX: the same floats) beat what runs there otherwise, as vnni_rows measures them;
     NEVER where rows are not groups of 32 inputs, or the build has no VNNI products (AMX builds have them)."""
     if q.shape[1] % 32 or not torch.ops.studio.int4_vnni():
-        return _forced_warning() or NEVER
+        _forced_warning()
+        return NEVER
     return _int8_activation_rows(
         "int8", q, scale, q.shape[1], q.numel(), tiles_start, progress,
         vnni=lambda x: torch.ops.studio.int8_vnni_mm(x, q, scale),

@@ -105,3 +105,35 @@ def test_a_stored_head_may_rank_with_int8_activations_and_still_picks_the_exact_
         top = head.leading(hidden, 40 + lm_head.TOP_K_MARGIN)
         for got, want in zip(torch.topk(top, 40).indices, torch.topk(exact, 40).indices, strict=True):
             assert set(got.tolist()) == set(want.tolist())
+
+
+FRESH_PROCESS = """
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+from engine.model import fast_forward
+from tests.helpers import hold_as_stored
+config = LlamaConfig(vocab_size=8192, hidden_size=128, intermediate_size=256, num_hidden_layers=1,
+                     num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False)
+model = hold_as_stored(LlamaForCausalLM(config).eval(), "int8", head="int8")
+print(type(fast_forward.FastForward(model).lm_head.fast).__name__)
+"""
+
+
+def test_a_fresh_process_loads_the_products_before_it_makes_the_head(library) -> None:
+    """The head is made before the compiled steps are built: a process whose library was not loaded yet (a bench, the
+    window) still ranks a stored head with int8 activations where they are chosen (forced here)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from engine.model import tiles
+
+    if not torch.ops.studio.int4_vnni():
+        pytest.skip("this CPU or build has no VNNI products: the head keeps its kernel")
+    root = Path(__file__).resolve().parents[3]
+    env = {**os.environ, tiles.VNNI_ENV: "always", "PYTHONPATH": str(root)}
+    done = subprocess.run([sys.executable, "-c", FRESH_PROCESS], capture_output=True, text=True, env=env, cwd=root,
+                          timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split()[-1] == "Int8ActivationsHead"
