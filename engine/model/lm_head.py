@@ -113,7 +113,8 @@ class Int8ActivationsHead(nn.Module):
         else:
             layout = int4pack.layout()
             out = torch.ops.studio.int4_vnni_mm(rows, module.packed, self._scales, layout.block, layout.split)
-            out = out[:, : self.out_features]
+            if out.shape[1] != self.out_features:  # the packing's padding rows
+                out = out[:, : self.out_features].contiguous()
         return out if module.bias is None else out + module.bias
 
 
