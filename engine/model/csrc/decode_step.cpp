@@ -523,9 +523,10 @@ bool int4_vnni() {  // the fast path was built for this CPU (elsewhere every uni
 #endif
 }
 
-// rows [M, K] bfloat16 -> int8 codes, a float scale per group of 32 and scale * (sum of the group's codes): the
-// specification (and what a CPU without AVX-512 runs)
-[[maybe_unused]] void quantize_groups_plain(const c10::BFloat16* x, int64_t m, int64_t k, int8_t* q, float* scale, float* total) {
+// rows [M, K] bfloat16 -> int8 codes, a float scale per group of 32, scale * (sum of the group's codes), and that sum
+// where `sums` is given: the specification (and what a CPU without AVX-512 runs)
+[[maybe_unused]] void quantize_groups_plain(const c10::BFloat16* x, int64_t m, int64_t k, int8_t* q, float* scale,
+                                            float* total, int32_t* sums) {
   const int64_t groups = k / 32;
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t g = 0; g < groups; ++g) {
@@ -542,6 +543,7 @@ bool int4_vnni() {  // the fast path was built for this CPU (elsewhere every uni
       }
       scale[i * groups + g] = step;
       total[i * groups + g] = step * static_cast<float>(sum);
+      if (sums != nullptr) sums[i * groups + g] = sum;
     }
   }
 }
@@ -551,7 +553,8 @@ bool int4_vnni() {  // the fast path was built for this CPU (elsewhere every uni
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 // quantize_groups_plain's codes, scales and totals bit for bit, a group of 32 in two vectors: the plain loop calls
 // roundf per value, which cost 0.7 ms of a 16-row product with 11008 inputs (a third of it)
-void quantize_groups_vector(const c10::BFloat16* x, int64_t m, int64_t k, int8_t* q, float* scale, float* total) {
+void quantize_groups_vector(const c10::BFloat16* x, int64_t m, int64_t k, int8_t* q, float* scale, float* total,
+                            int32_t* sums) {
   const int64_t groups = k / 32;
   at::parallel_for(0, m * groups, 256, [&](int64_t begin, int64_t end) {
     const __m512 half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f);
@@ -580,19 +583,22 @@ void quantize_groups_vector(const c10::BFloat16* x, int64_t m, int64_t k, int8_t
       int8_t* out = q + i * k + g * 32;
       _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm512_cvtepi32_epi8(codes[0]));
       _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 16), _mm512_cvtepi32_epi8(codes[1]));
+      const int32_t sum = _mm512_reduce_add_epi32(_mm512_add_epi32(codes[0], codes[1]));
       scale[i * groups + g] = step;
-      total[i * groups + g] = step * static_cast<float>(_mm512_reduce_add_epi32(_mm512_add_epi32(codes[0], codes[1])));
+      total[i * groups + g] = step * static_cast<float>(sum);
+      if (sums != nullptr) sums[i * groups + g] = sum;
     }
   });
 }
 #pragma GCC diagnostic pop
 #endif
 
-void quantize_groups(const c10::BFloat16* x, int64_t m, int64_t k, int8_t* q, float* scale, float* total) {
+void quantize_groups(const c10::BFloat16* x, int64_t m, int64_t k, int8_t* q, float* scale, float* total,
+                     int32_t* sums = nullptr) {
 #if defined(__AVX512F__) && defined(__AVX512BW__)
-  quantize_groups_vector(x, m, k, q, scale, total);
+  quantize_groups_vector(x, m, k, q, scale, total, sums);
 #else
-  quantize_groups_plain(x, m, k, q, scale, total);
+  quantize_groups_plain(x, m, k, q, scale, total, sums);
 #endif
 }
 
@@ -948,7 +954,7 @@ inline void int8_vnni_words(const int8_t* weights, int64_t k, int64_t row0, int6
 // MC rows of activations (from m0) against weight rows row0 .. row0 + count - 1 (count <= 16)
 template <int MC>
 void int8_vnni_block16(const int8_t* weights, int64_t k, int64_t row0, int64_t count, const float* scale,
-                       const int8_t* q, const float* step, const int32_t* offset, int64_t m0, int64_t n, float* out) {
+                       const int8_t* q, const float* step, const int32_t* sums, int64_t m0, int64_t n, float* out) {
   const int64_t groups = k / 32;
   __m512 acc[MC];
   for (int i = 0; i < MC; ++i) acc[i] = _mm512_setzero_ps();
@@ -963,7 +969,7 @@ void int8_vnni_block16(const int8_t* weights, int64_t k, int64_t row0, int64_t c
     for (int i = 0; i < MC; ++i) {
       const int64_t at = (m0 + i) * groups + g;
       const int8_t* codes = q + (m0 + i) * k + g * 32;
-      __m512i dot = _mm512_set1_epi32(offset[at]);
+      __m512i dot = _mm512_set1_epi32(-128 * sums[at]);  // the unsigned codes' offset, 128 x the activations
       for (int w = 0; w < 8; ++w) {
         int32_t four;
         std::memcpy(&four, codes + 4 * w, 4);
@@ -1015,31 +1021,25 @@ Tensor int8_int8_activations_mm(const Tensor& x, const Tensor& q, const Tensor& 
   const int64_t groups = k / 32;
   std::vector<int8_t> codes(m * k);
   std::vector<float> step(m * groups), total(m * groups);
-  quantize_groups(rows.data_ptr<at::BFloat16>(), m, k, codes.data(), step.data(), total.data());
+  std::vector<int32_t> sums(amx ? 0 : m * groups);  // each group's codes' sum: VNNI's unsigned codes' offset times it
+  quantize_groups(rows.data_ptr<at::BFloat16>(), m, k, codes.data(), step.data(), total.data(),
+                  amx ? nullptr : sums.data());
   const int8_t* weights = q.data_ptr<int8_t>();
   const float* sp = scales.data_ptr<float>();
   float* o = out.data_ptr<float>();
   if (!amx) {
 #if defined(STUDIO_INT4_VNNI)
-    std::vector<int32_t> offset(m * groups, 0);  // -128 x each group's codes' sum: the unsigned weights' share
-    for (int64_t i = 0; i < m; ++i) {
-      for (int64_t g = 0; g < groups; ++g) {
-        int32_t sum = 0;
-        for (int64_t c = 0; c < 32; ++c) sum += codes[i * k + g * 32 + c];
-        offset[i * groups + g] = -128 * sum;
-      }
-    }
     const int8_t* cp = codes.data();
     const float* stp = step.data();
-    const int32_t* op = offset.data();
+    const int32_t* sump = sums.data();
     at::parallel_for(0, (n + 15) / 16, 1, [&](int64_t begin, int64_t end) {
       for (int64_t unit = begin; unit < end; ++unit) {
         const int64_t row0 = unit * 16, count = std::min<int64_t>(16, n - row0);
         int64_t m0 = 0;
-        for (; m0 + 8 <= m; m0 += 8) int8_vnni_block16<8>(weights, k, row0, count, sp, cp, stp, op, m0, n, o);
-        for (; m0 + 4 <= m; m0 += 4) int8_vnni_block16<4>(weights, k, row0, count, sp, cp, stp, op, m0, n, o);
-        for (; m0 + 2 <= m; m0 += 2) int8_vnni_block16<2>(weights, k, row0, count, sp, cp, stp, op, m0, n, o);
-        for (; m0 < m; ++m0) int8_vnni_block16<1>(weights, k, row0, count, sp, cp, stp, op, m0, n, o);
+        for (; m0 + 8 <= m; m0 += 8) int8_vnni_block16<8>(weights, k, row0, count, sp, cp, stp, sump, m0, n, o);
+        for (; m0 + 4 <= m; m0 += 4) int8_vnni_block16<4>(weights, k, row0, count, sp, cp, stp, sump, m0, n, o);
+        for (; m0 + 2 <= m; m0 += 2) int8_vnni_block16<2>(weights, k, row0, count, sp, cp, stp, sump, m0, n, o);
+        for (; m0 < m; ++m0) int8_vnni_block16<1>(weights, k, row0, count, sp, cp, stp, sump, m0, n, o);
       }
     });
 #else
