@@ -1,5 +1,5 @@
 """Allows `python -m app` to run the studio's command line."""
 
-from app.cli.main import main
+from app.cli.entry import main
 
 raise SystemExit(main())

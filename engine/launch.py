@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from engine.core.config import EngineConfig
 from engine.core.engine import Engine
+from engine.cycle_collector import paused
 from engine.load.loader import LoadedModel, Progress, load_model
 from engine.load.memory import heap_reused_while_loading
 from engine.load.options import LoadOptions, ResolvedOptions, resolve_options
@@ -32,7 +33,7 @@ class EngineOptions:
 def start_engine(options: EngineOptions, progress: Progress | None = None, loader: Loader = load_model) -> Engine:
     """Check the options, load the model (converting or downloading as needed) and build its engine."""
     options.check()
-    with heap_reused_while_loading():
+    with heap_reused_while_loading(), paused():
         loaded = loader(options.model, options.load, progress=progress)
         if options.config.compiled_step and options.config.optimize and loaded.info.device == "cpu":
             compiled_step.ensure_loaded(progress)  # the first start compiles it; the runner then finds it loaded

@@ -6,6 +6,6 @@ import sys
 if __name__ == "__main__":
     # Frozen Windows/macOS builds re-run this executable for child processes; let those exit here.
     multiprocessing.freeze_support()
-    from app.cli.main import main
+    from app.cli.entry import main
 
     sys.exit(main())

@@ -1,0 +1,12 @@
+"""The `inference-studio` command's entry point: the command line's modules (torch, transformers' and the server's
+among them) imported with the cycle collector paused, then the command run."""
+
+from __future__ import annotations
+
+
+def main() -> int:
+    from engine.cycle_collector import paused
+
+    with paused():  # importing them set off collections that re-walked every module object made so far
+        from app.cli.main import main as run_command
+    return run_command()
