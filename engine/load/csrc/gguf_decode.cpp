@@ -354,7 +354,8 @@ void int4_pack_to(const Tensor& raw, int64_t type, int64_t block, bool split, Te
   at::parallel_for(0, units, 1, [&](int64_t begin, int64_t end) {
     std::vector<uint8_t> codes(block * columns);
     std::vector<float> scale(groups), zero(groups);
-    std::vector<uint32_t> pairs(block * groups);  // the unit's (scale, zero) bfloat16 pairs, a row's groups together
+    // the unit's (scale, zero) bfloat16 pairs, a row's groups side by side
+    std::vector<uint32_t> scale_zero(block * groups);
     std::vector<const uint8_t*> low_rows(block / 2), high_rows(block / 2);
     for (int64_t unit = begin; unit < end; ++unit) {
       const int64_t first = unit * block, count = std::min(block, padded - first);
@@ -368,7 +369,7 @@ void int4_pack_to(const Tensor& raw, int64_t type, int64_t block, bool split, Te
           std::fill(scale.begin(), scale.end(), 0.0f);
           std::fill(zero.begin(), zero.end(), 0.0f);
         }
-        uint32_t* __restrict row_pairs = pairs.data() + i * groups;
+        uint32_t* __restrict row_pairs = scale_zero.data() + i * groups;
         const float* __restrict s = scale.data();
         const float* __restrict z = zero.data();
         for (int64_t g = 0; g < groups; ++g) row_pairs[g] = bfloat16_bits(s[g]) | uint32_t{bfloat16_bits(z[g])} << 16;
@@ -377,7 +378,7 @@ void int4_pack_to(const Tensor& raw, int64_t type, int64_t block, bool split, Te
       // each converted on its own, took a third of the packing's time)
       for (int64_t g = 0; g < groups; ++g) {
         c10::BFloat16* to = zo + g * group_stride + first * 2;
-        for (int64_t i = 0; i < count; ++i) std::memcpy(to + 2 * i, &pairs[i * groups + g], 4);
+        for (int64_t i = 0; i < count; ++i) std::memcpy(to + 2 * i, &scale_zero[i * groups + g], 4);
       }
       const int64_t half = count / 2;  // a multiple of 8: rows are padded to 16
       uint8_t* dst = po + first * (columns / 2);
