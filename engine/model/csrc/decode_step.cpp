@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -53,6 +54,24 @@ std::string contract() {
   text += ";chunk_columns:";
   for (size_t i = 0; i < CHUNK_COLUMN_NAMES.size(); ++i) text += (i ? "," : "") + std::string(CHUNK_COLUMN_NAMES[i]);
   return text;
+}
+
+// body(begin, end) over [0, units) on torch's threads, each claiming the next few units from a shared counter until
+// none are left. Why: at::parallel_for gives each thread a fixed half, so a thread the OS takes off its core for a
+// moment (on two cores: the window's UI thread, the server's event loop, the engine's own Python) holds the other at
+// the region's end; claimed in small runs, the thread still running takes the rest. Measured on one-row int4 and int8
+// products over a layer's cold weights, both schedules alternated in one process: p90 3-6 % lower, mean 1-3 %, with
+// or without a competing thread. Each unit is computed alone: the result does not depend on which thread took it.
+template <class Body>
+void parallel_claimed(int64_t units, const Body& body) {
+  const int64_t threads = std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), units));
+  const int64_t run = std::max<int64_t>(1, units / (threads * 16));  // 16 claims a thread: the counter costs nothing
+  std::atomic<int64_t> next{0};
+  at::parallel_for(0, threads, 1, [&](int64_t, int64_t) {
+    for (int64_t begin = next.fetch_add(run); begin < units; begin = next.fetch_add(run)) {
+      body(begin, std::min(units, begin + run));
+    }
+  });
 }
 
 Kind kind_named(const std::string& name) {
@@ -838,7 +857,7 @@ Tensor int4_int8_activations_mm(const Tensor& x, const Tensor& packed, const Ten
   const int8_t* qp = q.data();
   const float *sp = scale.data(), *tp = total.data();
   const int64_t full = padded / block * block, units = (padded + block - 1) / block;
-  at::parallel_for(0, units, 1, [&](int64_t begin, int64_t end) {
+  const auto work = [&](int64_t begin, int64_t end) {
 #if defined(STUDIO_INT4_AMX)
     int64_t configured = 0;
 #endif
@@ -871,7 +890,12 @@ Tensor int4_int8_activations_mm(const Tensor& x, const Tensor& packed, const Ten
 #if defined(STUDIO_INT4_AMX)
     if (configured) release_tiles();
 #endif
-  });
+  };
+  if (amx) {
+    at::parallel_for(0, units, 1, work);  // a thread's tiles are configured once for its whole share
+  } else {
+    parallel_claimed(units, work);
+  }
   return out;
 }
 
@@ -1032,7 +1056,7 @@ Tensor int8_int8_activations_mm(const Tensor& x, const Tensor& q, const Tensor& 
     const int8_t* cp = codes.data();
     const float* stp = step.data();
     const int32_t* sump = sums.data();
-    at::parallel_for(0, (n + 15) / 16, 1, [&](int64_t begin, int64_t end) {
+    parallel_claimed((n + 15) / 16, [&](int64_t begin, int64_t end) {
       for (int64_t unit = begin; unit < end; ++unit) {
         const int64_t row0 = unit * 16, count = std::min<int64_t>(16, n - row0);
         int64_t m0 = 0;
