@@ -344,7 +344,8 @@ class CompiledStep:
         return "; ".join(parts) or None
 
     def forward(self, hidden, cos, sin, storage, chunks, pages) -> torch.Tensor:
-        return self.model.forward(hidden, cos, sin, storage, chunks, pages)
+        # the step hands its arguments back after its output (decode_step.cpp: let go here, with the interpreter lock)
+        return self.model.forward(hidden, cos, sin, storage, chunks, pages)[0]
 
 
 def build_steps(

@@ -1473,8 +1473,13 @@ struct DecodeModel : torch::CustomClassHolder {
   // hidden [n, hidden] float32 (the embeddings), cos/sin [n, head_dim] float32, storage the KV pages
   // [layers, 2, kv_heads, pages, page_size, head_dim] float32 or bfloat16; chunks [c, CHUNK_COLUMNS] int64: (first
   // row, rows, first position) per sequence, rows in order; pages [c, max_pages] int64: each sequence's page table.
-  // Every row attends causally to its sequence's earlier tokens and itself. Returns the last layer's hidden states.
-  Tensor forward(Tensor hidden, Tensor cos, Tensor sin, Tensor storage, Tensor chunks, Tensor pages) {
+  // Every row attends causally to its sequence's earlier tokens and itself. Returns the last layer's hidden states,
+  // then the arguments handed back as they came. Why: this torch keeps a tensor's Python object alive while C++ holds
+  // a second reference (c10/util/intrusive_ptr.h, "PyObject preservation"), so dropping the last C++ one takes the
+  // interpreter lock; dropped here, with the lock released for the step, each argument waited for whichever thread
+  // held it (the window's UI thread, the server's event loop): 8 % of a 16-chat step in the window. Handed back, they
+  // are let go after the call has taken the lock back.
+  std::vector<Tensor> forward(Tensor hidden, Tensor cos, Tensor sin, Tensor storage, Tensor chunks, Tensor pages) {
     // every input checked here: a wrong table or shape must fail the call (the Python layers redo the step), never
     // write into another sequence's pages
     check_layers();
@@ -1491,16 +1496,15 @@ struct DecodeModel : torch::CustomClassHolder {
     TORCH_CHECK_TYPE(storage.scalar_type() == at::kFloat || storage.scalar_type() == at::kBFloat16,
                      "the KV storage must be float32 or bfloat16, not ", storage.scalar_type());
     TORCH_CHECK_VALUE(storage.is_contiguous() && storage.device().is_cpu(), "the KV storage must be contiguous on the CPU");
-    chunks = chunks.contiguous();
-    pages = pages.contiguous();
-    Step step{hidden.contiguous().clone(), cos.contiguous(), sin.contiguous(), storage, chunks, pages};
-    step.longest = check_chunks(chunks, pages, n, storage.size(3), storage.size(4));
+    Step step{hidden.contiguous().clone(), cos.contiguous(), sin.contiguous(), storage, chunks.contiguous(),
+              pages.contiguous()};
+    step.longest = check_chunks(step.chunks, step.pages, n, storage.size(3), storage.size(4));
     if (storage.scalar_type() == at::kBFloat16) {
       run_layers<at::BFloat16>(step);
     } else {
       run_layers<float>(step);
     }
-    return step.hidden;
+    return {step.hidden, hidden, cos, sin, storage, chunks, pages};
   }
 
   // One checked step's tensors

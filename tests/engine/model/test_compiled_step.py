@@ -675,3 +675,15 @@ def test_the_fast_path_checks_a_part_of_the_model_with_the_tiles_measured_for_th
     part = fast.truncated(1)
     assert len(measured) == count  # nothing measured again
     assert part.compiled[fast.stored_format].tiles_from == step.tiles_from
+
+
+@needs_library
+def test_the_step_hands_its_arguments_back_to_be_let_go_with_the_interpreter_lock(models) -> None:
+    """The C++ step returns its output, then the very tensors it was given: let go inside the call (the lock released),
+    each would take the lock to release its Python object, waiting on whichever thread holds it."""
+    fast = fast_forward.FastForward(models["llama"], pack=True)
+    inputs, step = _step_inputs(fast), fast.compiled[fast.choice.format_for(5)]
+    given = [inputs[name] for name in ("hidden", "cos", "sin", "storage", "chunks", "pages")]
+    output, *handed_back = step.model.forward(*given)
+    assert all(back is tensor for back, tensor in zip(handed_back, given, strict=True))
+    assert torch.equal(step.forward(*given), output)  # what the engine takes: the output alone
