@@ -5,7 +5,6 @@ matrix; what is picked from is float32's)."""
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable
 
 import torch
@@ -98,7 +97,7 @@ class Int8ActivationsHead(nn.Module):
         if not _vnni_head_runs(module):
             return None
         fast = cls(module)
-        if os.environ.get(tiles.VNNI_ENV, "").strip().lower() in ("always", "amx"):  # forced, as the other products
+        if tiles.vnni_forced() in ("always", "amx"):  # forced, as the other products
             return fast
         x = torch.randn(1, module.in_features)
         passes = {"kernel": lambda _rows: module(x), "int8 activations": lambda _rows: fast(x)}
@@ -120,7 +119,7 @@ class Int8ActivationsHead(nn.Module):
 
 def _vnni_head_runs(module: nn.Module) -> bool:
     """The compiled step's VNNI products are here and take this head (rows of whole groups of 32 inputs)."""
-    if os.environ.get(tiles.VNNI_ENV, "").strip().lower() == "never" or not _exact_kernels():
+    if tiles.vnni_forced() == "never" or not _exact_kernels():
         return False
     if not torch.ops.studio.int4_vnni() or module.in_features % INT8_GROUP:
         return False

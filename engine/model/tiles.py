@@ -81,7 +81,7 @@ def vnni_rows(
     of that run; NEVER where this build has no VNNI products."""
     layout = int4pack.layout()
     if layout is None or not torch.ops.studio.int4_vnni():
-        _forced_warning()
+        vnni_forced()  # a meaningless value is warned about even where the routes cannot run
         return NEVER
     scales = b.contiguous()
     return _int8_activation_rows(
@@ -98,7 +98,7 @@ def int8_rows(
     int8_amx_mm where the CPU has AMX: the same floats) beat what runs there otherwise, as vnni_rows measures them;
     NEVER where rows are not groups of 32 inputs, or the build has no VNNI products (AMX builds have them)."""
     if q.shape[1] % 32 or not torch.ops.studio.int4_vnni():
-        _forced_warning()
+        vnni_forced()  # a meaningless value is warned about even where the routes cannot run
         return NEVER
     return _int8_activation_rows(
         "int8", q, scale, q.shape[1], q.numel(), tiles_start, progress,
@@ -107,11 +107,14 @@ def int8_rows(
     )  # fmt: skip
 
 
-def _forced_warning() -> None:
-    """Warn about an INFERENCE_STUDIO_VNNI value that means nothing (then measured)."""
+def vnni_forced() -> str:
+    """INFERENCE_STUDIO_VNNI as the int8-activation routes and the LM head read it: "never", "always", "amx", or ""
+    (measured; a value that means nothing is warned about and measured too)."""
     forced = os.environ.get(VNNI_ENV, "").strip().lower()
-    if forced not in ("", "never", "always", "amx"):
-        log.warning("%s=%r is not 'never', 'always' or 'amx': measured instead", VNNI_ENV, forced)
+    if forced in ("", "never", "always", "amx"):
+        return forced
+    log.warning("%s=%r is not 'never', 'always' or 'amx': measured instead", VNNI_ENV, forced)
+    return ""
 
 
 def _int8_activation_rows(
@@ -127,8 +130,7 @@ def _int8_activation_rows(
 ) -> Int8Activations:
     """The rows for which a weight of `kind` ("int4", "int8") multiplies int8 activations: forced, or measured against
     the route that runs there otherwise (remembered per machine and shape)."""
-    _forced_warning()
-    forced = os.environ.get(VNNI_ENV, "").strip().lower()
+    forced = vnni_forced()
     if forced == "never":
         return NEVER
     has_amx = bool(torch.ops.studio.int4_amx())
