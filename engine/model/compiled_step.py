@@ -28,8 +28,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from engine.model import dense_rows, int4pack, kernels, stored, tiles
 from engine.model import formats as formats_
-from engine.model import int4pack, kernels, stored, tiles
 from engine.model.batch import CHUNK_COLUMNS
 from engine.model.quantized import INT4_GROUP, HalfLinear, Int4Linear, Int8Linear
 from engine.paths import cache_dir
@@ -252,8 +252,8 @@ def _linear_specs(module: nn.Module) -> list[tuple]:
         return [(INT4, module.packed, module.scales_and_zeros, module.bias, INT4_GROUP, True, rows)]
     if isinstance(module, formats_.FormattedLinear):
         return [(PACKED, module.packed, None, module.bias, 0, module.dtype == torch.bfloat16, rows)]
-    if isinstance(module, kernels.PackedLinear):
-        return [(PACKED, module.packed, None, module.bias, 0, False, rows)]
+    if isinstance(module, kernels.PackedLinear):  # its plain rows, where it has them, for the claimed products
+        return [(PACKED, module.packed, module.plain, module.bias, 0, False, rows)]
     if isinstance(module, HalfLinear) or type(module) is nn.Linear:
         weight = module.weight.detach()
         if weight.dtype not in (torch.float32, torch.bfloat16):
@@ -274,11 +274,16 @@ class CompiledStep:
         )
         largest: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}  # by kind: the weight the tiles are measured on
         widest_int4: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # by input width: the largest int4 weight
+        plain_weights: list[tuple[torch.Tensor | None, torch.Tensor]] = []  # float weights: (prepacked, plain rows)
         for layer, modules in zip(fast.layers, linears.layers, strict=True):
             self.model.add_layer(layer.input_norm.float(), layer.post_norm.float(), layer.sliding_window or 0)
             for slot, module in enumerate(modules):
                 for kind, a, b, bias, group, bf16, rows in _linear_specs(module):
                     self.model.add_linear(slot, kind, a, b, None if bias is None else bias.float(), group, bf16, rows)
+                    if kind == PACKED and b is not None:
+                        plain_weights.append((a, b))
+                    elif kind == DENSE:
+                        plain_weights.append((None, a))
                     if kind in (INT4, INT8) and (kind not in largest or a.numel() > largest[kind][0].numel()):
                         largest[kind] = (a, b)
                     width = a.shape[1] * 2 if kind == INT4 else 0  # two codes a byte
@@ -315,6 +320,10 @@ class CompiledStep:
             )
             if self.int8_rows.first:
                 self.model.use_int8_activations(*self.int8_rows)
+        #: steps of at most these many rows multiply the float weights by claimed dot products (0: never)
+        self.claimed_to = like.claimed_to if like is not None else dense_rows.claimed_to(plain_weights, progress)
+        #: how many of the step's linears take them at those row counts
+        self.claimed_linears = int(self.model.use_claimed(self.claimed_to))
 
     @property
     def int8_activations(self) -> bool:
@@ -341,6 +350,9 @@ class CompiledStep:
             amx = {width: f" (AMX from {rows.amx_from})" if rows.amx_from else "" for width, rows in ranges}
             spans = ", ".join(f"{w}-wide at {r.first}-{r.last} rows{amx[w]}" for w, r in ranges)
             parts.append(f"int8 activations for int4 {spans}")
+        if self.claimed_to and self.claimed_linears:
+            rows = "1 row" if self.claimed_to == 1 else f"1-{self.claimed_to} rows"
+            parts.append(f"claimed dot products for {self.claimed_linears} float linears at {rows}")
         return "; ".join(parts) or None
 
     def forward(self, hidden, cos, sin, storage, chunks, pages) -> torch.Tensor:

@@ -205,6 +205,9 @@ class FastForward:
             # a stored head takes the tiles its format was measured for
             if isinstance(head, (quantized.Int4Linear, quantized.Int8Linear)):
                 head.tiles_from = max(step.tiles_from.get(head.format, 0) for step in self.compiled.values())
+            # a stored 16-bit head multiplies its decode rows as the step's float weights were measured to
+            if isinstance(head, quantized.HalfLinear) and head.weight.device.type == "cpu":
+                head.claimed_to = max(step.claimed_to for step in self.compiled.values())
         else:
             self.compiled_note = f"off: {reason}"
 

@@ -34,12 +34,17 @@ class PackedLinear(nn.Module):
     """nn.Linear with its weight pre-packed by oneDNN, which multiplies small row counts faster than a plain
     sgemm on CPUs (decode batches are 1–64 rows)."""
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, keep_plain: bool = False) -> None:
+        """keep_plain: hold `weight` too, where the model keeps it anyway (no copy): the compiled step's claimed
+        products read its plain rows (engine/model/dense_rows.py)."""
         super().__init__()
         self.in_features = weight.shape[1]
         self.out_features = weight.shape[0]
-        self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach().contiguous(), _PACK_HINT)
+        plain = weight.detach()
+        self.packed = torch.ops.mkldnn._reorder_linear_weight(plain.contiguous(), _PACK_HINT)
         self.bias = None if bias is None else bias.detach().contiguous()
+        shared = keep_plain and plain.is_contiguous() and plain.dtype == torch.float32
+        self.plain: torch.Tensor | None = plain if shared else None  # an attribute: not the module's state
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features)
@@ -60,16 +65,20 @@ def should_pack(model: nn.Module) -> bool:
 
 
 def fuse_linears(linears: list[nn.Linear], pack: bool) -> nn.Module:
-    """One linear computing several (same input) side by side. Unpacked, the originals are re-pointed at
-    slices of the fused weight, so fusing costs no memory and the transformers modules keep working."""
+    """One linear computing several (same input) side by side. The originals are re-pointed at slices of the fused
+    weight, so the fused rows cost no memory and the transformers modules keep working; packed, the packing is the
+    one copy more (and the plain fused rows stay for the compiled step's claimed products)."""
     weight = torch.cat([m.weight.detach() for m in linears])
     bias = None if linears[0].bias is None else torch.cat([m.bias.detach() for m in linears])
     if pack:
-        return PackedLinear(weight, bias)
-    fused = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None, device=weight.device, dtype=weight.dtype)
-    fused.weight = nn.Parameter(weight, requires_grad=False)
-    if bias is not None:
-        fused.bias = nn.Parameter(bias, requires_grad=False)
+        fused: nn.Module = PackedLinear(weight, bias, keep_plain=True)
+    else:
+        fused = nn.Linear(
+            weight.shape[1], weight.shape[0], bias=bias is not None, device=weight.device, dtype=weight.dtype
+        )
+        fused.weight = nn.Parameter(weight, requires_grad=False)
+        if bias is not None:
+            fused.bias = nn.Parameter(bias, requires_grad=False)
     start = 0
     for module in linears:
         rows = module.out_features

@@ -340,11 +340,19 @@ class HalfLinear(nn.Module):
     def dequantize(self, rows: torch.Tensor | None = None) -> torch.Tensor:
         return (self.weight if rows is None else self.weight[rows]).float()
 
+    #: steps of at most this many rows multiply by the compiled step's claimed dot products (0: never): set where a
+    #: compiled step measured them faster (engine/model/dense_rows.py); a stored 16-bit LM head runs every decode row
+    claimed_to = 0
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = F.linear(x.to(self.weight.dtype), self.weight).float()
+        rows = x.reshape(-1, self.in_features).to(self.weight.dtype)
+        if 0 < rows.shape[0] <= self.claimed_to and self.weight.dtype == torch.bfloat16:
+            out = torch.ops.studio.dense_claimed_mm(rows, self.weight)  # float32 sums, not rounded to bfloat16
+        else:
+            out = F.linear(rows, self.weight).float()
         if self.bias is not None:
             out += self.bias
-        return out
+        return out.reshape(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, {self.format}"

@@ -82,7 +82,7 @@ def _fuse(group: list[nn.Module], activations: torch.dtype, pack: bool) -> nn.Mo
         return first
     if first.weight.dtype == activations:
         if len(group) == 1:
-            return kernels.PackedLinear(first.weight, first.bias) if pack else first
+            return kernels.PackedLinear(first.weight, first.bias, keep_plain=True) if pack else first
         return kernels.fuse_linears(group, pack)
     # a float weight of another dtype than the activations (a model cast whole to 16 bits): computed in its dtype
     fused = first if len(group) == 1 else kernels.fuse_linears(group, pack=False)

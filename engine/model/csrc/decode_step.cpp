@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 
-#if defined(__AVX512F__) && defined(__AVX512BW__)
+#if defined(__AVX2__)
 #include <immintrin.h>
 #endif
 #if defined(__linux__)
@@ -91,7 +91,7 @@ void check_rows(const Tensor& t, const char* name, int64_t rows, int64_t width, 
 struct Linear {
   Kind kind = PACKED;
   Tensor a;      // the prepacked weight, the int8 weight, or the int4 packed weight
-  Tensor b;      // int8 scales, or int4 scales and zeros
+  Tensor b;      // int8 scales, int4 scales and zeros, or a prepacked weight's plain float32 rows [N, K] (or none)
   Tensor bias;   // float32, or undefined
   int64_t group = 0;
   int64_t in_features = 0, out_features = 0;
@@ -103,6 +103,9 @@ struct Linear {
   // steps of these many rows multiply int8 activations (0: never): int4 and int8 weights with VNNI dot products,
   // from amx_from rows (0: never) with AMX tiles
   int64_t acts_from = 0, acts_to = 0, amx_from = 0;
+  // float32 / bfloat16 weights (dense, or prepacked with their plain rows): steps of at most these many rows take
+  // dense_claimed_mm (0: never)
+  int64_t claimed_to = 0;
 };
 
 Tensor onednn_linear(const Tensor& x, const Tensor& packed) {
@@ -1137,10 +1140,191 @@ Tensor int8_amx_mm(const Tensor& x, const Tensor& q, const Tensor& scale) {
 }
 
 // out[r, :] as float32, whatever the kernel returned
+// ---- float32 and bfloat16 weights read row by row, their rows claimed by the threads ----
+//
+// Why: oneDNN's prepacked product splits a weight's rows between the threads in fixed shares, so on two cores a
+// thread the OS takes off its core for a moment (the window's UI thread, the server's event loop) holds the other at
+// the product's end; and at one or two rows it read the embedded model's 30 layers of float32 weights in 16.7 ms where
+// these dot products take 14.1 (2 Zen 5 cores, cold weights, measured in turns), and at::linear (weights not
+// prepacked: a 16-bit model, or float32 too large for a packed copy) took twice as long. Each output is a row of the
+// plain [N, K] weight dotted with each input row, summed in float32 in a fixed order: it does not depend on which
+// thread took its rows. bfloat16 weights and inputs: their products are exact in float32 (VDPBF16PS where the CPU has
+// it, which adds them in pairs). Which row counts take it is measured at load (engine/model/dense_rows.py).
+
+constexpr int64_t DENSE_UNIT = 16;  // weight rows a claim takes at least (a run of units: parallel_claimed)
+
+#pragma GCC diagnostic push  // GCC 12's own intrinsics' don't-care lanes (_mm512_reduce_add_ps's undefined halves)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#define STUDIO_DENSE_LANES 1
+struct DenseLanes {  // 16 floats
+  using V = __m512;
+  static constexpr int64_t WIDTH = 16;
+  static V zero() { return _mm512_setzero_ps(); }
+  static V load(const float* p) { return _mm512_loadu_ps(p); }
+  static V load_first(const float* p, int64_t count) { return _mm512_maskz_loadu_ps(mask(count), p); }
+  static V load(const c10::BFloat16* p) {  // bfloat16 -> float32: its 16 bits become the high half, exactly
+    return widen(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  static V load_first(const c10::BFloat16* p, int64_t count) { return widen(_mm256_maskz_loadu_epi16(mask(count), p)); }
+  static V fmadd(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+  static float sum(V v) { return _mm512_reduce_add_ps(v); }
+  static __mmask16 mask(int64_t count) { return static_cast<__mmask16>((1u << count) - 1); }
+  static V widen(__m256i halves) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(halves), 16)); }
+};
+#elif defined(__AVX2__) && defined(__FMA__)
+#define STUDIO_DENSE_LANES 1
+struct DenseLanes {  // 8 floats
+  using V = __m256;
+  static constexpr int64_t WIDTH = 8;
+  static V zero() { return _mm256_setzero_ps(); }
+  static V load(const float* p) { return _mm256_loadu_ps(p); }
+  static V load_first(const float* p, int64_t count) { return _mm256_maskload_ps(p, mask(count)); }
+  static V load(const c10::BFloat16* p) {
+    return widen(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  static V load_first(const c10::BFloat16* p, int64_t count) {
+    alignas(16) uint16_t part[8] = {};
+    std::memcpy(part, p, count * sizeof(uint16_t));
+    return widen(_mm_load_si128(reinterpret_cast<const __m128i*>(part)));
+  }
+  static V fmadd(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+  static float sum(V v) {
+    const __m128 half = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    const __m128 pairs = _mm_add_ps(half, _mm_movehl_ps(half, half));
+    return _mm_cvtss_f32(_mm_add_ss(pairs, _mm_movehdup_ps(pairs)));
+  }
+  static __m256i mask(int64_t count) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(count)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  }
+  static V widen(__m128i halves) { return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(halves), 16)); }
+};
+#endif
+
+#if defined(STUDIO_DENSE_LANES)
+// weight rows n .. n + R - 1 dotted with input rows m0 .. m0 + MC - 1 (T: float or c10::BFloat16, both alike)
+template <int R, int MC, class T>
+inline void dense_block(const T* x, int64_t k, const T* w, int64_t n, int64_t m0, float* out, int64_t ldo) {
+  using L = DenseLanes;
+  typename L::V acc[R][MC];
+  for (int r = 0; r < R; ++r) {
+    for (int i = 0; i < MC; ++i) acc[r][i] = L::zero();
+  }
+  int64_t c = 0;
+  for (; c + L::WIDTH <= k; c += L::WIDTH) {
+    typename L::V weights[R];
+    for (int r = 0; r < R; ++r) weights[r] = L::load(w + (n + r) * k + c);
+    for (int i = 0; i < MC; ++i) {
+      const typename L::V inputs = L::load(x + (m0 + i) * k + c);
+      for (int r = 0; r < R; ++r) acc[r][i] = L::fmadd(weights[r], inputs, acc[r][i]);
+    }
+  }
+  if (c < k) {  // the last columns, the lanes past them zero
+    typename L::V weights[R];
+    for (int r = 0; r < R; ++r) weights[r] = L::load_first(w + (n + r) * k + c, k - c);
+    for (int i = 0; i < MC; ++i) {
+      const typename L::V inputs = L::load_first(x + (m0 + i) * k + c, k - c);
+      for (int r = 0; r < R; ++r) acc[r][i] = L::fmadd(weights[r], inputs, acc[r][i]);
+    }
+  }
+  for (int i = 0; i < MC; ++i) {
+    for (int r = 0; r < R; ++r) out[(m0 + i) * ldo + n + r] = L::sum(acc[r][i]);
+  }
+}
+
+#if defined(__AVX512BF16__)
+// bfloat16 rows with VDPBF16PS: 32 products a lane pair at a time, added into float32 lanes (the last columns: zeros)
+template <int R, int MC>
+inline void dense_block(const c10::BFloat16* x, int64_t k, const c10::BFloat16* w, int64_t n, int64_t m0, float* out,
+                        int64_t ldo) {
+  __m512 acc[R][MC];
+  for (int r = 0; r < R; ++r) {
+    for (int i = 0; i < MC; ++i) acc[r][i] = _mm512_setzero_ps();
+  }
+  // whole runs of 32 columns with plain loads: a mask computed in the loop kept GCC from holding the accumulators in
+  // registers (2.4x slower at two rows)
+  int64_t c = 0;
+  for (; c + 32 <= k; c += 32) {
+    __m512bh weights[R];
+    for (int r = 0; r < R; ++r) weights[r] = (__m512bh)_mm512_loadu_si512(w + (n + r) * k + c);
+    for (int i = 0; i < MC; ++i) {
+      const __m512bh inputs = (__m512bh)_mm512_loadu_si512(x + (m0 + i) * k + c);
+      for (int r = 0; r < R; ++r) acc[r][i] = _mm512_dpbf16_ps(acc[r][i], weights[r], inputs);
+    }
+  }
+  if (c < k) {
+    const __mmask32 lanes = static_cast<__mmask32>((uint64_t{1} << (k - c)) - 1);
+    __m512bh weights[R];
+    for (int r = 0; r < R; ++r) weights[r] = (__m512bh)_mm512_maskz_loadu_epi16(lanes, w + (n + r) * k + c);
+    for (int i = 0; i < MC; ++i) {
+      const __m512bh inputs = (__m512bh)_mm512_maskz_loadu_epi16(lanes, x + (m0 + i) * k + c);
+      for (int r = 0; r < R; ++r) acc[r][i] = _mm512_dpbf16_ps(acc[r][i], weights[r], inputs);
+    }
+  }
+  for (int i = 0; i < MC; ++i) {
+    for (int r = 0; r < R; ++r) out[(m0 + i) * ldo + n + r] = _mm512_reduce_add_ps(acc[r][i]);
+  }
+}
+#endif
+
+// weight rows n .. n + R - 1 against every input row, MC_MAX at a time (the weight rows stay in L1 between them)
+template <int R, class T>
+void dense_weight_rows(const T* x, int64_t m, int64_t k, const T* w, int64_t n, float* out, int64_t ldo) {
+  constexpr int MC_MAX = DenseLanes::WIDTH == 16 ? 4 : 2;  // accumulators R x MC within the 16 (AVX2) / 32 registers
+  int64_t m0 = 0;
+  for (; m0 + MC_MAX <= m; m0 += MC_MAX) dense_block<R, MC_MAX>(x, k, w, n, m0, out, ldo);
+  for (; m0 + 2 <= m; m0 += 2) dense_block<R, 2>(x, k, w, n, m0, out, ldo);
+  for (; m0 < m; ++m0) dense_block<R, 1>(x, k, w, n, m0, out, ldo);
+}
+#endif
+#pragma GCC diagnostic pop
+
+template <class T>
+void dense_rows_of(const T* x, int64_t m, int64_t k, const T* w, int64_t first, int64_t last, float* out, int64_t n) {
+  int64_t r = first;
+#if defined(STUDIO_DENSE_LANES)
+  for (; r + 4 <= last; r += 4) dense_weight_rows<4>(x, m, k, w, r, out, n);
+  for (; r < last; ++r) dense_weight_rows<1>(x, m, k, w, r, out, n);
+#else
+  for (; r < last; ++r) {  // plain loops: never chosen (the measurement finds them slower)
+    for (int64_t i = 0; i < m; ++i) {
+      float sum = 0.0f;
+      for (int64_t c = 0; c < k; ++c) sum += static_cast<float>(x[i * k + c]) * static_cast<float>(w[r * k + c]);
+      out[i * n + r] = sum;
+    }
+  }
+#endif
+}
+
+// x [M, K] @ w [N, K] -> float32 [M, N], both float32 or both bfloat16, the weight's rows claimed in runs of DENSE_UNIT
+Tensor dense_claimed_mm(const Tensor& x, const Tensor& w) {
+  const auto dtype = w.scalar_type();
+  TORCH_CHECK_TYPE(dtype == at::kFloat || dtype == at::kBFloat16, "claimed weights are float32 or bfloat16");
+  TORCH_CHECK_TYPE(x.dim() == 2 && x.scalar_type() == dtype, "dense_claimed_mm takes rows [M, K] of the weight's dtype");
+  check_rows(w, "a claimed weight", w.size(0), x.size(1), dtype);
+  TORCH_CHECK_VALUE(w.is_contiguous(), "a claimed weight must be contiguous");
+  const Tensor rows = x.contiguous();
+  const int64_t m = rows.size(0), k = rows.size(1), n = w.size(0);
+  Tensor out = at::empty({m, n}, rows.options().dtype(at::kFloat));
+  float* op = out.data_ptr<float>();
+  parallel_claimed((n + DENSE_UNIT - 1) / DENSE_UNIT, [&](int64_t begin, int64_t end) {
+    const int64_t first = begin * DENSE_UNIT, last = std::min(n, end * DENSE_UNIT);
+    if (dtype == at::kFloat) {
+      dense_rows_of(rows.data_ptr<float>(), m, k, w.data_ptr<float>(), first, last, op, n);
+    } else {
+      dense_rows_of(rows.data_ptr<c10::BFloat16>(), m, k, w.data_ptr<c10::BFloat16>(), first, last, op, n);
+    }
+  });
+  return out;
+}
+
 Tensor run_linear(const Linear& lin, const Tensor& x) {
   Tensor rows = x.scalar_type() == lin.input ? x : x.to(lin.input);
   Tensor out;
-  if (lin.kind == PACKED) {
+  if ((lin.kind == PACKED || lin.kind == DENSE) && x.size(0) <= lin.claimed_to) {
+    out = dense_claimed_mm(rows, lin.kind == PACKED ? lin.b : lin.a);
+  } else if (lin.kind == PACKED) {
     out = onednn_linear(rows, lin.a);
   } else if (lin.kind == DENSE) {
     out = at::linear(rows, lin.a);
@@ -1197,6 +1381,12 @@ std::pair<int64_t, int64_t> linear_shape(Kind kind, const Tensor& a, const Tenso
   if (kind == PACKED || kind == DENSE) {
     TORCH_CHECK_TYPE(a.scalar_type() == at::kFloat || a.scalar_type() == at::kBFloat16,
                      "a float weight must be float32 or bfloat16, not ", a.scalar_type());
+    if (b.defined()) {  // a prepacked float32 weight's plain rows, for dense_claimed_mm
+      TORCH_CHECK_VALUE(kind == PACKED && a.scalar_type() == at::kFloat,
+                        "only a prepacked float32 weight has plain rows");
+      check_rows(b, "a prepacked weight's plain rows", n, a.size(1), at::kFloat);
+      TORCH_CHECK_VALUE(b.is_contiguous(), "a prepacked weight's plain rows must be contiguous");
+    }
     return {a.size(1), n};
   }
   TORCH_CHECK_VALUE(b.defined() && b.device().is_cpu(), "a quantized linear needs its scales");
@@ -1391,6 +1581,23 @@ struct DecodeModel : torch::CustomClassHolder {
         }
       }
     }
+  }
+
+  // Steps of at most `to` rows (0: none) multiply the float32 and bfloat16 weights that have plain rows (dense ones,
+  // prepacked ones given theirs) by dense_claimed_mm instead of oneDNN / at::linear; returns how many linears take it.
+  int64_t use_claimed(int64_t to) {
+    TORCH_CHECK_VALUE(to >= 0, "claimed products take steps of up to a row count, or 0 for none");
+    int64_t count = 0;
+    for (auto& layer : linears) {
+      for (auto& projection : layer) {
+        for (auto& lin : projection.parts) {
+          const bool plain = (lin.kind == PACKED && lin.b.defined()) || lin.kind == DENSE;
+          lin.claimed_to = plain ? to : 0;
+          count += plain ? 1 : 0;
+        }
+      }
+    }
+    return count;
   }
 
   // Every layer has all four projections, each as wide as the model's shape says.
@@ -1644,9 +1851,11 @@ TORCH_LIBRARY(studio, m) {
       .def("use_tiles", &DecodeModel::use_tiles)
       .def("use_vnni", &DecodeModel::use_vnni)
       .def("use_int8_activations", &DecodeModel::use_int8_activations)
+      .def("use_claimed", &DecodeModel::use_claimed)
       .def("forward", &DecodeModel::forward);
   m.def("contract() -> str", &contract);
   m.def("tiles_vnni() -> bool", &tiles_vnni);
+  m.def("dense_claimed_mm(Tensor x, Tensor w) -> Tensor", &dense_claimed_mm);
   m.def("int4_tiles_mm(Tensor x, Tensor packed, Tensor sz, int block, bool split, bool vnni) -> Tensor", &int4_tiles_mm);
   m.def("int8_tiles_mm(Tensor x, Tensor q, Tensor scale, bool vnni) -> Tensor", &int8_tiles_mm);
   m.def("int8_exact_mm(Tensor x, Tensor q, Tensor scale) -> Tensor", &int8_exact_mm);

@@ -687,3 +687,48 @@ def test_the_step_hands_its_arguments_back_to_be_let_go_with_the_interpreter_loc
     output, *handed_back = step.model.forward(*given)
     assert all(back is tensor for back, tensor in zip(handed_back, given, strict=True))
     assert torch.equal(step.forward(*given), output)  # what the engine takes: the output alone
+
+
+CLAIMED_CASES = {  # how the loader holds float weights: prepacked float32 with its plain rows, plain float32, bfloat16
+    "float32 prepacked": (True, "float32"),
+    "float32 not prepacked": (False, "float32"),
+    "bfloat16 as stored": (None, "bfloat16"),
+}
+
+
+@needs_library
+@pytest.mark.parametrize("case", list(CLAIMED_CASES))
+def test_float_weights_may_take_claimed_dot_products(folders, monkeypatch, case: str) -> None:
+    """Forced onto the claimed dot products at every decode row count, a step of float32 or bfloat16 weights gives
+    the Python layers' logits and cache; forced off, no linear takes them."""
+    from engine.model import dense_rows
+    from tests.helpers import hold_as_stored
+
+    pack, plan = CLAIMED_CASES[case]
+    monkeypatch.setattr(formats_, "measure", lambda *args, **kwargs: formats_.single(formats_.FLOAT32))
+    monkeypatch.setattr(formats_, "remembered", lambda *args, **kwargs: None)
+    monkeypatch.setenv(dense_rows.ENV, "never")
+    model = _model(folders["qwen2"])  # QKV biases: added after the claimed product
+    if plan != "float32":
+        model = hold_as_stored(model, plan, head=plan)
+    off = next(iter(fast_forward.FastForward(model, pack=pack).compiled.values()))
+    assert off.claimed_to == 0 and "claimed" not in (off.tiles_note or "")
+    monkeypatch.setenv(dense_rows.ENV, "always")
+    fast = fast_forward.FastForward(model, pack=pack)
+    step = next(iter(fast.compiled.values()))
+    layers = len(model.model.layers)
+    assert step.claimed_to == dense_rows.BUCKETS[-1] and step.claimed_linears == 4 * layers  # qkv, o, gate_up, down
+    assert "claimed dot products" in step.tiles_note
+    if plan != "float32":  # a stored 16-bit head multiplies its decode rows alike
+        assert fast.lm_head.fast.claimed_to == step.claimed_to
+    results, caches = [], []
+    for compiled in (False, True):
+        cache = _cache(fast)
+        results.append(_run(fast, cache, _requests(model.config.vocab_size), compiled))
+        caches.append(cache.storage.float())
+    tolerance = 1e-4 if plan == "float32" else 2e-2
+    for python, ours in zip(*results, strict=True):
+        assert float((python - ours).abs().max() / python.abs().max()) < tolerance
+        assert torch.equal(python.argmax(-1), ours.argmax(-1))
+    assert float((caches[0] - caches[1]).abs().max()) < tolerance * float(caches[0].abs().max())
+    assert step.model.use_claimed(0) == 4 * layers  # every float linear can take them; 0: none does

@@ -346,7 +346,7 @@ def test_int8_activations_take_the_longest_run_of_buckets_they_win(monkeypatch, 
 
 def test_the_runtime_record_names_every_route_a_step_takes() -> None:
     """CompiledStep.tiles_note: the bfloat16 tiles, int8 activations for int8 weights and for int4 weights per input
-    width (VNNI, AMX from some rows), each only where it runs."""
+    width (VNNI, AMX from some rows), the float weights' claimed dot products, each only where it runs."""
     from types import SimpleNamespace
 
     note = compiled_step.CompiledStep.tiles_note.fget
@@ -354,10 +354,15 @@ def test_the_runtime_record_names_every_route_a_step_takes() -> None:
         tiles_from={"int4": 9, "int8": 0},
         int8_rows=tiles.Int8Activations(1, 16, 1),
         vnni_rows={2048: tiles.Int8Activations(1, 16, 5), 11008: tiles.Int8Activations(1, 8)},
+        claimed_to=2,
+        claimed_linears=3,
     )
     assert note(step) == (
         "bfloat16 tiles for int4 from 9 rows; int8 activations for int8 at 1-16 rows (AMX from 1); "
-        "int8 activations for int4 2048-wide at 1-16 rows (AMX from 5), 11008-wide at 1-8 rows"
+        "int8 activations for int4 2048-wide at 1-16 rows (AMX from 5), 11008-wide at 1-8 rows; "
+        "claimed dot products for 3 float linears at 1-2 rows"
     )
-    nothing = SimpleNamespace(tiles_from={"int4": 0}, int8_rows=tiles.NEVER, vnni_rows={2048: tiles.NEVER})
+    nothing = SimpleNamespace(
+        tiles_from={"int4": 0}, int8_rows=tiles.NEVER, vnni_rows={2048: tiles.NEVER}, claimed_to=8, claimed_linears=0
+    )
     assert note(nothing) is None
