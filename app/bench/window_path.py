@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import collections
 import gc
+import shutil
 import tempfile
 import threading
 import time
@@ -100,7 +101,8 @@ def run_window(loaded, workload: Workload, config: EngineConfig, name: str = "en
     app = QApplication.instance() or QApplication(["inference-studio"])
     collector = GarbageCollector(interval=0.5)  # as the studio: Python's collector runs in the UI thread only
     folder = Path(tempfile.mkdtemp(prefix="inference-studio-bench-window-"))
-    window = MainWindow(StudioSettings(folder / "settings.ini"), store=ChatStore(folder / "chats.sqlite3"))
+    store = ChatStore(folder / "chats.sqlite3")
+    window = MainWindow(StudioSettings(folder / "settings.ini"), store=store)
     try:
         return _drive(app, window, loaded, workload, config, name)
     finally:
@@ -109,6 +111,8 @@ def run_window(loaded, workload: Workload, config: EngineConfig, name: str = "en
         wait_events(0.1)
         collector.timer.stop()
         gc.enable()
+        store.close()
+        shutil.rmtree(folder, ignore_errors=True)  # each run's chats and settings: 73 of them were left in /tmp
 
 
 def _drive(app, window: MainWindow, loaded, workload: Workload, config: EngineConfig, name: str) -> SystemResult:

@@ -3,6 +3,8 @@ counts each token the window showed (the tiny random model: the same tokens as t
 
 from __future__ import annotations
 
+import tempfile
+
 import pytest
 
 from app.bench.window_path import run_window
@@ -32,10 +34,14 @@ def _workload(loaded, count: int) -> Workload:
     return Workload("tabs", "a few chats, one tab each", requests)
 
 
-def test_the_window_streams_every_request_in_its_own_tab_and_counts_the_tokens_it_showed(qapp, studio_home, tiny):
+def test_the_window_streams_every_request_in_its_own_tab_and_counts_the_tokens_it_showed(
+    qapp, studio_home, tiny, tmp_path, monkeypatch
+):
     config = EngineConfig(kv_pages=64, page_size=4)
     workload = _workload(tiny, 3)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     result = run_window(tiny, workload, config)
+    assert list(tmp_path.iterdir()) == []  # the run's chats and settings went with it
     assert result.failed is None
     assert [len(t.token_times) for t in result.timings] == [TOKENS] * 3
     assert all(len(tokens) == TOKENS for tokens in result.outputs)
