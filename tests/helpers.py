@@ -19,6 +19,19 @@ _CORPUS = [
 ]
 
 
+def require_compiled_step() -> None:
+    """The compiled step built and loaded here: the calling test is skipped only where it can't be by how this machine
+    is (no compiler, no torch headers, turned off); a failing compile, load or contract fails it."""
+    import pytest
+
+    from engine.model import compiled_step
+
+    if not compiled_step.ensure_loaded():
+        if compiled_step.failure_expected():
+            pytest.skip(f"no compiled step here: {compiled_step.failure_reason()}")
+        pytest.fail(f"the compiled step does not build or load: {compiled_step.failure_reason()}")
+
+
 def make_tiny_tokenizer(folder: Path):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast

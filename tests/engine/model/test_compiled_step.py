@@ -24,7 +24,7 @@ from engine.model.attention import PagedKVCache
 from engine.model.batch import pack
 from engine.types import SamplingParams
 from tests.engine.model.test_architectures import architectures, save_tiny
-from tests.helpers import run_to_completion
+from tests.helpers import require_compiled_step, run_to_completion
 
 PAGE = 4
 PAGES = 64
@@ -33,12 +33,7 @@ LONG = 20  # rows of a chunk the C++ attends through SDPA rather than its loops 
 
 @pytest.fixture(scope="module")
 def library() -> None:
-    """The compiled step built and loaded here: skipped only where it can't be by how this machine is (no compiler,
-    no torch headers, turned off); a failing compile, load or contract fails the test."""
-    if not compiled_step.ensure_loaded():
-        if compiled_step.failure_expected():
-            pytest.skip(f"no compiled step here: {compiled_step.failure_reason()}")
-        pytest.fail(f"the compiled step does not build or load: {compiled_step.failure_reason()}")
+    require_compiled_step()
 
 
 needs_library = pytest.mark.usefixtures("library")

@@ -8,17 +8,15 @@ import pytest
 import torch
 from torch import nn
 
-from engine.model import compiled_step, dense_rows, kernels
+from engine.model import dense_rows, kernels
 from engine.model import formats as formats_
 from engine.model.quantized import HalfLinear
+from tests.helpers import require_compiled_step
 
 
 @pytest.fixture(scope="module", autouse=True)
 def library() -> None:
-    if not compiled_step.ensure_loaded():
-        if compiled_step.failure_expected():
-            pytest.skip(f"no compiled step here: {compiled_step.failure_reason()}")
-        pytest.fail(f"the compiled step does not build or load: {compiled_step.failure_reason()}")
+    require_compiled_step()
 
 
 def _claimed(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:

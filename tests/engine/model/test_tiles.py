@@ -10,14 +10,12 @@ import torch
 from engine.model import compiled_step, int4pack, tiles
 from engine.model import formats as formats_
 from engine.model.quantized import Int4Linear, Int8Linear
+from tests.helpers import require_compiled_step
 
 
 @pytest.fixture(scope="module", autouse=True)
 def library() -> None:
-    if not compiled_step.ensure_loaded():
-        if compiled_step.failure_expected():
-            pytest.skip(f"no compiled step here: {compiled_step.failure_reason()}")
-        pytest.fail(f"the compiled step failed: {compiled_step.failure_reason()}")
+    require_compiled_step()
 
 
 def _layout(vnni: bool) -> bool:
