@@ -17,6 +17,8 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 
 from tests.helpers import MemoryKeyring, make_tiny_llama
 
+BF16_BLOCKS_ENV = "INFERENCE_STUDIO_BF16_BLOCKS"  # engine/model/bf16_blocks.py's, named here before engine imports
+
 
 @pytest.fixture(scope="session", autouse=True)
 def _isolated_user_folders(tmp_path_factory: pytest.TempPathFactory):
@@ -24,9 +26,12 @@ def _isolated_user_folders(tmp_path_factory: pytest.TempPathFactory):
     formats measured on this machine, converted models) comes from an earlier run or the user's own studio. What
     the cache gets is built once per run (see prepared_cache) and shared by the run's server processes."""
     home = tmp_path_factory.mktemp("studio-home")
-    previous = {k: os.environ.get(k) for k in ("INFERENCE_STUDIO_HOME", "INFERENCE_STUDIO_CACHE")}
+    previous = {k: os.environ.get(k) for k in ("INFERENCE_STUDIO_HOME", "INFERENCE_STUDIO_CACHE", BF16_BLOCKS_ENV)}
     os.environ["INFERENCE_STUDIO_HOME"] = str(home)
     os.environ["INFERENCE_STUDIO_CACHE"] = str(tmp_path_factory.mktemp("studio-cache"))
+    # bfloat16 copies in oneDNN's packing on every machine (the blocks' tests force them): a bfloat16 head's or layer's
+    # sums would otherwise be rounded or not by what this CPU measured, and each server process would measure it
+    os.environ[BF16_BLOCKS_ENV] = "never"
     yield home
     for key, value in previous.items():
         if value is None:

@@ -45,8 +45,8 @@ ARCH_ENV = "INFERENCE_STUDIO_COMPILED_STEP_ARCH"
 _ARCH_FOR_ATEN_CAPABILITY = {"avx2": "x86-64-v3", "default": "x86-64-v2"}
 # The linear kinds the C++ step computes, by the names decode_step.cpp defines (KINDS): checked against the library's
 # contract() when it loads, as are batch.CHUNK_COLUMNS
-PACKED, DENSE, INT8, INT4 = "onednn_packed", "dense", "int8", "int4"
-KINDS = (PACKED, DENSE, INT8, INT4)
+PACKED, DENSE, INT8, INT4, BLOCKS = "onednn_packed", "dense", "int8", "int4", "bf16_blocks"
+KINDS = (PACKED, DENSE, INT8, INT4, BLOCKS)
 KV_DTYPES = (torch.float32, torch.bfloat16)  # the KV caches it reads and writes
 
 
@@ -251,6 +251,8 @@ def _linear_specs(module: nn.Module) -> list[tuple]:
     if isinstance(module, Int4Linear):
         return [(INT4, module.packed, module.scales_and_zeros, module.bias, INT4_GROUP, True, rows)]
     if isinstance(module, formats_.FormattedLinear):
+        if module.blocks is not None:
+            return [(BLOCKS, module.blocks, None, module.bias, 0, True, rows)]
         return [(PACKED, module.packed, None, module.bias, 0, module.dtype == torch.bfloat16, rows)]
     if isinstance(module, kernels.PackedLinear):  # its plain rows, where it has them, for the claimed products
         return [(PACKED, module.packed, module.plain, module.bias, 0, False, rows)]

@@ -22,7 +22,17 @@ import torch.nn.functional as F
 from torch import nn
 
 from engine.load.memory import free_memory_bytes
-from engine.model import attention, check_memory, compiled_step, kernels, llama_family, quantized, stored, weights
+from engine.model import (
+    attention,
+    bf16_blocks,
+    check_memory,
+    compiled_step,
+    kernels,
+    llama_family,
+    quantized,
+    stored,
+    weights,
+)
 from engine.model import formats as formats_
 from engine.model.attention import PagedKVCache, StepContext
 from engine.model.batch import ChunkTables, pack
@@ -278,8 +288,10 @@ class FastForward:
         only), or remembered for this machine and shape."""
         count = self.budget_layers()
         names = sorted([native, *candidates])
+        # bfloat16 copies in blocks or in oneDNN's packing time differently: a choice measured on one is not the other's
+        layout = bf16_blocks.use_blocks() if formats_.BFLOAT16 in names else None
         key = formats_.machine_key(
-            "layers", count, len(self.layers), self.hidden, self.q_size, self.kv_size, self.intermediate, names
+            "layers", count, len(self.layers), self.hidden, self.q_size, self.kv_size, self.intermediate, names, layout
         )
         remembered = formats_.remembered(key, names)
         if remembered is not None:

@@ -32,21 +32,32 @@ QUANTIZED = {INT8: Int8Linear, INT4: Int4Linear}
 
 class FormattedLinear(nn.Module):
     """A float32 linear computed in another weight format: inputs cast to it, outputs back to float32, the bias
-    added in float32. Prepacked for oneDNN on CPU."""
+    added in float32. Prepacked for oneDNN on CPU; bfloat16 in the compiled library's blocks where this machine
+    measured them faster (engine/model/bf16_blocks.py: float32 sums, not rounded to bfloat16)."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, fmt: str) -> None:
         super().__init__()
+        from engine.model import bf16_blocks  # it loads the compiled library, whose builder imports this module
+
         self.dtype = DTYPES[fmt]
         self.in_features, self.out_features = weight.shape[1], weight.shape[0]
-        self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach().to(self.dtype).contiguous(), 16)
+        self.packed: torch.Tensor | None = None
+        self.blocks: torch.Tensor | None = None
+        if self.dtype == torch.bfloat16 and self.in_features % 2 == 0 and bf16_blocks.use_blocks():
+            self.blocks = torch.ops.studio.bf16_blocks(weight.detach())
+        else:
+            self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach().to(self.dtype).contiguous(), 16)
         self.bias = None if bias is None else bias.detach().float().contiguous()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features).to(self.dtype)
-        out = torch.ops.mkldnn._linear_pointwise(rows, self.packed, None, "none", [], "").float()
+        if self.blocks is not None:
+            out = torch.ops.studio.bf16_blocks_mm(rows, self.blocks)[:, : self.out_features]
+        else:
+            out = torch.ops.mkldnn._linear_pointwise(rows, self.packed, None, "none", [], "").float()
         if self.bias is not None:
             out += self.bias
-        return out.view(*x.shape[:-1], self.out_features)
+        return out.reshape(*x.shape[:-1], self.out_features)
 
 
 def make_linear(weight: torch.Tensor, bias: torch.Tensor | None, fmt: str) -> nn.Module:

@@ -40,14 +40,14 @@ namespace {
 
 // The contract with engine/model/compiled_step.py, defined here once: Python passes linear kinds by these names and
 // builds the chunk table with these columns, and checks both against contract() when it loads the library.
-enum Kind : int64_t { PACKED, DENSE, INT8, INT4 };
-constexpr std::array<std::pair<const char*, Kind>, 4> KINDS = {
-    {{"onednn_packed", PACKED}, {"dense", DENSE}, {"int8", INT8}, {"int4", INT4}}};
+enum Kind : int64_t { PACKED, DENSE, INT8, INT4, BLOCKS };
+constexpr std::array<std::pair<const char*, Kind>, 5> KINDS = {
+    {{"onednn_packed", PACKED}, {"dense", DENSE}, {"int8", INT8}, {"int4", INT4}, {"bf16_blocks", BLOCKS}}};
 enum ChunkColumn : int64_t { FIRST_ROW, ROWS, START, CHUNK_COLUMNS };
 constexpr std::array<const char*, CHUNK_COLUMNS> CHUNK_COLUMN_NAMES = {"first_row", "rows", "start"};
 constexpr int64_t LOOP_ROWS = 16;  // longer chunks (prompts) attend through SDPA's blocked kernels
 
-// "kinds:onednn_packed,int8,int4;chunk_columns:first_row,rows,start"
+// "kinds:onednn_packed,dense,int8,int4,bf16_blocks;chunk_columns:first_row,rows,start"
 std::string contract() {
   std::string text = "kinds:";
   for (size_t i = 0; i < KINDS.size(); ++i) text += (i ? "," : "") + std::string(KINDS[i].first);
@@ -1319,6 +1319,135 @@ Tensor dense_claimed_mm(const Tensor& x, const Tensor& w) {
   return out;
 }
 
+// ---- bfloat16 weights in blocks of 16 rows, column pairs side by side ----
+//
+// Why: the embedded model's default copy is bfloat16, and oneDNN's packing of it reads its 30 layers at one row in
+// 9.3-10.6 ms where these blocks take 6.9-8.1 (2 Zen 5 cores, cold weights, alternated), with rows split between the
+// threads in fixed shares. A block holds weight rows 16 b .. 16 b + 15 for columns 2 p and 2 p + 1 as one 64-byte
+// vector (VDPBF16PS's pairs), so a product is a broadcast of an input pair and one instruction per 32 weights, with
+// no sums across lanes; several blocks share each broadcast where a step has many rows. The blocks are claimed by the
+// threads in runs, as the other claimed products. Sums are float32 in a fixed order per output.
+
+constexpr int64_t BLOCK_ROWS = 16, BLOCKS_A_UNIT = 4;  // a unit: the 4 blocks the widest path multiplies at once
+
+bool bf16_blocks_built() {  // the vector path was built for this CPU (elsewhere plain loops: never chosen)
+#if defined(__AVX512BF16__) && defined(__AVX512BW__)
+  return true;
+#else
+  return false;
+#endif
+}
+
+// w [N, K] (K even) -> bfloat16 [ceil(N / 16), K / 2, 16, 2], the padding rows zero
+Tensor bf16_blocks(const Tensor& w) {
+  TORCH_CHECK_VALUE(w.dim() == 2 && w.size(1) % 2 == 0, "bfloat16 blocks take a [N, K] weight with K even");
+  const Tensor rows = w.to(at::kBFloat16).contiguous();
+  const int64_t n = rows.size(0), k = rows.size(1), blocks = (n + BLOCK_ROWS - 1) / BLOCK_ROWS, pairs = k / 2;
+  Tensor out = at::zeros({blocks, pairs, BLOCK_ROWS, 2}, rows.options());
+  const uint32_t* src = reinterpret_cast<const uint32_t*>(rows.data_ptr<at::BFloat16>());
+  uint32_t* dst = reinterpret_cast<uint32_t*>(out.data_ptr<at::BFloat16>());
+  at::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b) {
+      for (int64_t r = 0; r < std::min(BLOCK_ROWS, n - b * BLOCK_ROWS); ++r) {
+        const uint32_t* row = src + (b * BLOCK_ROWS + r) * pairs;
+        for (int64_t p = 0; p < pairs; ++p) dst[(b * pairs + p) * BLOCK_ROWS + r] = row[p];
+      }
+    }
+  });
+  return out;
+}
+
+#if defined(__AVX512BF16__) && defined(__AVX512BW__)
+#pragma GCC diagnostic push  // as above: GCC 12's own intrinsics' don't-care lanes
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// B consecutive blocks against input rows m0 .. m0 + MC - 1 (pairs: the inputs as 32-bit column pairs)
+template <int B, int MC>
+inline void bf16_blocks_rows(const uint32_t* x, int64_t pairs, const uint16_t* blocks, int64_t m0, float* out,
+                             int64_t ldo, int64_t row0) {
+  __m512 acc[B][MC];
+  for (int j = 0; j < B; ++j) {
+    for (int i = 0; i < MC; ++i) acc[j][i] = _mm512_setzero_ps();
+  }
+  for (int64_t p = 0; p < pairs; ++p) {
+    __m512bh weights[B];
+    for (int j = 0; j < B; ++j) weights[j] = (__m512bh)_mm512_loadu_si512(blocks + (j * pairs + p) * 32);
+    for (int i = 0; i < MC; ++i) {
+      const __m512bh inputs = (__m512bh)_mm512_set1_epi32(static_cast<int>(x[(m0 + i) * pairs + p]));
+      for (int j = 0; j < B; ++j) acc[j][i] = _mm512_dpbf16_ps(acc[j][i], weights[j], inputs);
+    }
+  }
+  for (int i = 0; i < MC; ++i) {
+    for (int j = 0; j < B; ++j) _mm512_storeu_ps(out + (m0 + i) * ldo + row0 + BLOCK_ROWS * j, acc[j][i]);
+  }
+}
+
+// rows m0 .. m0 + count - 1 (count <= MC) in one pass over the blocks
+template <int B, int MC>
+inline void bf16_blocks_some_rows(int64_t count, const uint32_t* x, int64_t pairs, const uint16_t* blocks, int64_t m0,
+                                  float* out, int64_t ldo, int64_t row0) {
+  if constexpr (MC > 0) {
+    if (count == MC) {
+      bf16_blocks_rows<B, MC>(x, pairs, blocks, m0, out, ldo, row0);
+    } else {
+      bf16_blocks_some_rows<B, MC - 1>(count, x, pairs, blocks, m0, out, ldo, row0);
+    }
+  }
+}
+
+// every input row against B blocks, MC rows a pass, the rest in one more: each pass reads the blocks again (from
+// L1 or L2), so a few rows more than a pass cost one pass more, not one per row (1.3x oneDNN's at 5-6 rows before)
+template <int B, int MC>
+inline void bf16_blocks_all_rows(const uint32_t* x, int64_t m, int64_t pairs, const uint16_t* blocks, float* out,
+                                 int64_t ldo, int64_t row0) {
+  int64_t m0 = 0;
+  for (; m0 + MC <= m; m0 += MC) bf16_blocks_rows<B, MC>(x, pairs, blocks, m0, out, ldo, row0);
+  if (m0 < m) bf16_blocks_some_rows<B, MC>(m - m0, x, pairs, blocks, m0, out, ldo, row0);
+}
+#pragma GCC diagnostic pop
+#endif
+
+// x [M, K] bfloat16 @ blocks (bf16_blocks of an [N, K] weight) -> float32 [M, 16 ceil(N / 16)]
+Tensor bf16_blocks_mm(const Tensor& x, const Tensor& blocks) {
+  TORCH_CHECK_TYPE(x.dim() == 2 && x.scalar_type() == at::kBFloat16, "bfloat16 blocks take bfloat16 rows [M, K]");
+  TORCH_CHECK_VALUE(blocks.dim() == 4 && blocks.size(2) == BLOCK_ROWS && blocks.size(3) == 2 &&
+                        blocks.size(1) * 2 == x.size(1) && blocks.is_contiguous(),
+                    "bfloat16 blocks must be [blocks, ", x.size(1) / 2, ", 16, 2], contiguous, not ", blocks.sizes());
+  TORCH_CHECK_TYPE(blocks.scalar_type() == at::kBFloat16, "bfloat16 blocks must be bfloat16");
+  const Tensor rows = x.contiguous();
+  const int64_t m = rows.size(0), pairs = blocks.size(1), count = blocks.size(0), ldo = count * BLOCK_ROWS;
+  Tensor out = at::empty({m, ldo}, rows.options().dtype(at::kFloat));
+  const uint32_t* xp = reinterpret_cast<const uint32_t*>(rows.data_ptr<at::BFloat16>());
+  const uint16_t* wp = reinterpret_cast<const uint16_t*>(blocks.data_ptr<at::BFloat16>());
+  float* op = out.data_ptr<float>();
+  parallel_claimed((count + BLOCKS_A_UNIT - 1) / BLOCKS_A_UNIT, [&](int64_t begin, int64_t end) {
+    int64_t b = begin * BLOCKS_A_UNIT;
+    const int64_t last = std::min(count, end * BLOCKS_A_UNIT);
+#if defined(__AVX512BF16__) && defined(__AVX512BW__)
+    // many rows: 4 blocks x 6 rows share each load; some: 2 x 12; a few: one block, its 16 rows in L1 between them
+    const auto at_block = [&](int64_t block) { return wp + block * pairs * 32; };
+    for (; m >= 24 && b + 4 <= last; b += 4) bf16_blocks_all_rows<4, 6>(xp, m, pairs, at_block(b), op, ldo, b * 16);
+    for (; m >= 8 && b + 2 <= last; b += 2) bf16_blocks_all_rows<2, 12>(xp, m, pairs, at_block(b), op, ldo, b * 16);
+    for (; b < last; ++b) bf16_blocks_all_rows<1, 8>(xp, m, pairs, at_block(b), op, ldo, b * 16);
+#else
+    for (; b < last; ++b) {
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t r = 0; r < BLOCK_ROWS; ++r) {
+          float sum = 0.0f;
+          for (int64_t p = 0; p < pairs; ++p) {
+            const uint16_t* pair = wp + ((b * pairs + p) * BLOCK_ROWS + r) * 2;
+            const uint32_t v = xp[i * pairs + p];
+            sum += c10::detail::f32_from_bits(pair[0]) * c10::detail::f32_from_bits(static_cast<uint16_t>(v));
+            sum += c10::detail::f32_from_bits(pair[1]) * c10::detail::f32_from_bits(static_cast<uint16_t>(v >> 16));
+          }
+          op[i * ldo + b * BLOCK_ROWS + r] = sum;
+        }
+      }
+    }
+#endif
+  });
+  return out;
+}
+
 Tensor run_linear(const Linear& lin, const Tensor& x) {
   Tensor rows = x.scalar_type() == lin.input ? x : x.to(lin.input);
   Tensor out;
@@ -1326,6 +1455,8 @@ Tensor run_linear(const Linear& lin, const Tensor& x) {
     out = dense_claimed_mm(rows, lin.kind == PACKED ? lin.b : lin.a);
   } else if (lin.kind == PACKED) {
     out = onednn_linear(rows, lin.a);
+  } else if (lin.kind == BLOCKS) {
+    out = bf16_blocks_mm(rows, lin.a);
   } else if (lin.kind == DENSE) {
     out = at::linear(rows, lin.a);
   } else if (lin.kind == INT8) {
@@ -1376,6 +1507,13 @@ struct Projection {
 
 // The weight tensors of one linear as its kind's kernel takes them, checked: (in_features, out_features)
 std::pair<int64_t, int64_t> linear_shape(Kind kind, const Tensor& a, const Tensor& b, int64_t group) {
+  if (kind == BLOCKS) {
+    TORCH_CHECK_VALUE(a.defined() && a.device().is_cpu(), "bfloat16 blocks must be a CPU tensor");
+    TORCH_CHECK_VALUE(a.dim() == 4 && a.size(2) == 16 && a.size(3) == 2 && a.is_contiguous(),
+                      "bfloat16 blocks must be [blocks, K / 2, 16, 2], contiguous, not ", a.sizes());
+    TORCH_CHECK_TYPE(a.scalar_type() == at::kBFloat16, "bfloat16 blocks must be bfloat16, not ", a.scalar_type());
+    return {a.size(1) * 2, a.size(0) * 16};
+  }
   TORCH_CHECK_VALUE(a.defined() && a.dim() == 2 && a.device().is_cpu(), "a linear's weight must be a 2-D CPU tensor");
   const int64_t n = a.size(0);
   if (kind == PACKED || kind == DENSE) {
@@ -1856,6 +1994,9 @@ TORCH_LIBRARY(studio, m) {
   m.def("contract() -> str", &contract);
   m.def("tiles_vnni() -> bool", &tiles_vnni);
   m.def("dense_claimed_mm(Tensor x, Tensor w) -> Tensor", &dense_claimed_mm);
+  m.def("bf16_blocks_built() -> bool", &bf16_blocks_built);
+  m.def("bf16_blocks(Tensor w) -> Tensor", &bf16_blocks);
+  m.def("bf16_blocks_mm(Tensor x, Tensor blocks) -> Tensor", &bf16_blocks_mm);
   m.def("int4_tiles_mm(Tensor x, Tensor packed, Tensor sz, int block, bool split, bool vnni) -> Tensor", &int4_tiles_mm);
   m.def("int8_tiles_mm(Tensor x, Tensor q, Tensor scale, bool vnni) -> Tensor", &int8_tiles_mm);
   m.def("int8_exact_mm(Tensor x, Tensor q, Tensor scale) -> Tensor", &int8_exact_mm);

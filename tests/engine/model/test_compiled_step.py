@@ -727,3 +727,28 @@ def test_float_weights_may_take_claimed_dot_products(folders, monkeypatch, case:
         assert torch.equal(python.argmax(-1), ours.argmax(-1))
     assert float((caches[0] - caches[1]).abs().max()) < tolerance * float(caches[0].abs().max())
     assert step.model.use_claimed(0) == 4 * layers  # every float linear can take them; 0: none does
+
+
+@needs_library
+@pytest.mark.parametrize("name", ["llama", "qwen2"])
+def test_a_bfloat16_copy_in_blocks_gives_the_python_layers_logits(models, name: str, monkeypatch) -> None:
+    """A bfloat16 copy held in the library's blocks (forced: which layout a machine takes is measured) runs as its own
+    kind in the step, with the Python layers' logits and cache."""
+    from engine.model import bf16_blocks
+
+    monkeypatch.setenv(bf16_blocks.ENV, "always")
+    monkeypatch.setattr(formats_, "measure", lambda *args, **kwargs: formats_.single(formats_.BFLOAT16))
+    monkeypatch.setattr(formats_, "remembered", lambda *args, **kwargs: None)
+    model = models[name]
+    fast = fast_forward.FastForward(model, pack=True, formats=(formats_.FLOAT32, formats_.BFLOAT16))
+    assert formats_.BFLOAT16 in fast.compiled, fast.compiled_note
+    assert fast.linears[formats_.BFLOAT16].layers[0][0].blocks is not None
+    results, caches = [], []
+    for compiled in (False, True):
+        cache = _cache(fast)
+        results.append(_run(fast, cache, _requests(model.config.vocab_size), compiled))
+        caches.append(cache.storage)
+    for python, ours in zip(*results, strict=True):
+        assert float((python - ours).abs().max() / python.abs().max()) < 1e-4  # the same products, summed alike
+        assert torch.equal(python.argmax(-1), ours.argmax(-1))
+    assert float((caches[0] - caches[1]).abs().max()) < 1e-4 * float(caches[0].abs().max())
