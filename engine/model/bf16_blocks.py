@@ -5,7 +5,7 @@ measured once per machine on a set of weights larger than the caches, within a f
 from __future__ import annotations
 
 import logging
-import os
+from collections.abc import Callable
 
 import torch
 
@@ -32,16 +32,16 @@ ENV = "INFERENCE_STUDIO_BF16_BLOCKS"  # "never" or "always" instead of the measu
 _decided: dict[str, bool] = {}  # by ENV's value: a process decides once (a model's copies make ~100 linears)
 
 
-def use_blocks() -> bool:
+def use_blocks(progress: Callable[[str], None] | None = None) -> bool:
     """Whether bfloat16 copies are held as blocks here: where the library is built with bfloat16 dot products and
-    measured faster, or forced by ENV (the library loaded)."""
-    forced = os.environ.get(ENV, "").strip().lower()
+    measured faster, or forced by ENV (the library loaded). progress: told when it is measured (once a machine)."""
+    forced = formats_.forced(ENV)
     if forced not in _decided:
-        _decided[forced] = _decide(forced)
+        _decided[forced] = _decide(forced, progress)
     return _decided[forced]
 
 
-def _decide(forced: str) -> bool:
+def _decide(forced: str, progress: Callable[[str], None] | None) -> bool:
     if forced == "never":
         return False
     from engine.model import compiled_step  # the library: built once per machine (it imports this module's caller)
@@ -50,13 +50,13 @@ def _decide(forced: str) -> bool:
         return False
     if forced == "always":
         return True
-    if forced:
-        log.warning("%s=%r is not 'never' or 'always': measured instead", ENV, forced)
     if not torch.ops.studio.bf16_blocks_built():
         return False
     key = formats_.machine_key("bf16 blocks", VERSION, SHAPES, COPIES)
-    choice = formats_.remembered(key, (ONEDNN, BLOCKS), BUCKETS)
+    choice = formats_.remembered(key, (ONEDNN, BLOCKS), BUCKETS)  # before the passes: they make 118 MB of weights
     if choice is None:
+        if progress is not None:
+            progress("measuring bfloat16 layouts: oneDNN's packing against blocks (once on this machine)")
         choice = formats_.measure(_passes(), buckets=BUCKETS, key=key, budget_s=MEASURE_BUDGET_S)
     chosen = wins(choice)
     log.info("bfloat16 copies held as %s (%s)", BLOCKS if chosen else ONEDNN, choice.describe())

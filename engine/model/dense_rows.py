@@ -6,7 +6,6 @@ machine and shape."""
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Sequence
 
 import torch
@@ -35,11 +34,9 @@ def claimed_to(
     """weights: (prepacked or None, plain rows) of every float32 / bfloat16 linear the step runs. The most rows (a
     bucket) up to which the claimed products beat what runs there otherwise at every bucket from one row; 0 for never.
     progress: told when a measurement runs (the first load on this machine; later ones remember it)."""
-    forced = os.environ.get(ENV, "").strip().lower()
-    if forced in ("never", "always"):
-        return BUCKETS[-1] if forced == "always" else 0
+    forced = formats_.forced(ENV)
     if forced:
-        log.warning("%s=%r is not 'never' or 'always': measured instead", ENV, forced)
+        return BUCKETS[-1] if forced == "always" else 0
     if sum(plain.numel() for _packed, plain in weights) < MIN_WEIGHTS:
         return 0
     shapes = tuple(sorted({(packed is not None, str(plain.dtype), *plain.shape) for packed, plain in weights}))

@@ -289,7 +289,7 @@ class FastForward:
         count = self.budget_layers()
         names = sorted([native, *candidates])
         # bfloat16 copies in blocks or in oneDNN's packing time differently: a choice measured on one is not the other's
-        layout = bf16_blocks.use_blocks() if formats_.BFLOAT16 in names else None
+        layout = bf16_blocks.use_blocks(progress) if formats_.BFLOAT16 in names else None
         key = formats_.machine_key(
             "layers", count, len(self.layers), self.hidden, self.q_size, self.kv_size, self.intermediate, names, layout
         )

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import platform
 import statistics
 import time
@@ -179,6 +180,16 @@ def remembered(key: str, formats: Sequence[str], buckets: Sequence[int] = BUCKET
     """The settled choice remembered for this key among these formats, if any (nothing is measured): one measured
     on a quiet machine, less than KEEP_DAYS ago."""
     return _remembered(key, dict.fromkeys(formats), buckets)
+
+
+def forced(env: str, allowed: Sequence[str] = ("never", "always")) -> str:
+    """A measurement's override from the environment variable `env`: one of `allowed`, or "" (measure). A value that
+    means nothing is warned about and measured, wherever the route could or could not run."""
+    value = os.environ.get(env, "").strip().lower()
+    if value and value not in allowed:
+        log.warning("%s=%r is not %s: measured instead", env, value, " or ".join(repr(a) for a in allowed))
+        return ""
+    return value
 
 
 def machine_key(*parts: object) -> str:

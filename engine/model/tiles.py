@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import os
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -55,11 +54,9 @@ def tiles_from(kind: str, a: torch.Tensor, b: torch.Tensor, progress: Callable[[
     """The fewest rows from which tiles beat torch's kernel for this weight (int4: packed, scales_and_zeros; int8: q,
     scale) at every measured bucket up to BUCKETS' last (and beyond: the gap only grows with rows); 0 for never.
     progress: told when a measurement runs (the first load on this machine and kernel; later ones remember it)."""
-    forced = os.environ.get(ENV, "").strip().lower()
-    if forced in ("never", "always"):
-        return BUCKETS[0] if forced == "always" else 0
+    forced = formats_.forced(ENV)
     if forced:
-        log.warning("%s=%r is not 'never' or 'always': measured instead", ENV, forced)
+        return BUCKETS[0] if forced == "always" else 0
     in_features = a.shape[1] * 2 if kind == "int4" else a.shape[1]  # int4: two codes a byte
     if a.shape[0] * in_features < MIN_WEIGHTS or (kind == "int4" and int4pack.layout() is None):
         return 0
@@ -110,11 +107,7 @@ def int8_rows(
 def vnni_forced() -> str:
     """INFERENCE_STUDIO_VNNI as the int8-activation routes and the LM head read it: "never", "always", "amx", or ""
     (measured; a value that means nothing is warned about and measured too)."""
-    forced = os.environ.get(VNNI_ENV, "").strip().lower()
-    if forced in ("", "never", "always", "amx"):
-        return forced
-    log.warning("%s=%r is not 'never', 'always' or 'amx': measured instead", VNNI_ENV, forced)
-    return ""
+    return formats_.forced(VNNI_ENV, ("never", "always", "amx"))
 
 
 def _int8_activation_rows(

@@ -1330,8 +1330,12 @@ Tensor dense_claimed_mm(const Tensor& x, const Tensor& w) {
 
 constexpr int64_t BLOCK_ROWS = 16, BLOCKS_A_UNIT = 4;  // a unit: the 4 blocks the widest path multiplies at once
 
-bool bf16_blocks_built() {  // the vector path was built for this CPU (elsewhere plain loops: never chosen)
 #if defined(__AVX512BF16__) && defined(__AVX512BW__)
+#define STUDIO_BF16_BLOCKS 1
+#endif
+
+bool bf16_blocks_built() {  // the vector path was built for this CPU (elsewhere plain loops: never chosen)
+#if defined(STUDIO_BF16_BLOCKS)
   return true;
 #else
   return false;
@@ -1357,7 +1361,7 @@ Tensor bf16_blocks(const Tensor& w) {
   return out;
 }
 
-#if defined(__AVX512BF16__) && defined(__AVX512BW__)
+#if defined(STUDIO_BF16_BLOCKS)
 #pragma GCC diagnostic push  // as above: GCC 12's own intrinsics' don't-care lanes
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 // B consecutive blocks against input rows m0 .. m0 + MC - 1 (pairs: the inputs as 32-bit column pairs)
@@ -1422,7 +1426,7 @@ Tensor bf16_blocks_mm(const Tensor& x, const Tensor& blocks) {
   parallel_claimed((count + BLOCKS_A_UNIT - 1) / BLOCKS_A_UNIT, [&](int64_t begin, int64_t end) {
     int64_t b = begin * BLOCKS_A_UNIT;
     const int64_t last = std::min(count, end * BLOCKS_A_UNIT);
-#if defined(__AVX512BF16__) && defined(__AVX512BW__)
+#if defined(STUDIO_BF16_BLOCKS)
     // many rows: 4 blocks x 6 rows share each load; some: 2 x 12; a few: one block, its 16 rows in L1 between them
     const auto at_block = [&](int64_t block) { return wp + block * pairs * 32; };
     for (; m >= 24 && b + 4 <= last; b += 4) bf16_blocks_all_rows<4, 6>(xp, m, pairs, at_block(b), op, ldo, b * 16);

@@ -92,7 +92,7 @@ def test_the_machine_takes_blocks_where_they_win_one_row_and_give_little_at_more
 def test_forced_or_not_the_process_decides_once_per_setting(monkeypatch) -> None:
     monkeypatch.setattr(bf16_blocks, "_decided", {})
     calls = []
-    monkeypatch.setattr(bf16_blocks, "_decide", lambda forced: calls.append(forced) or forced == "always")
+    monkeypatch.setattr(bf16_blocks, "_decide", lambda forced, _progress: calls.append(forced) or forced == "always")
     for forced in ("always", "always", "never", "always"):
         monkeypatch.setenv(bf16_blocks.ENV, forced)
         assert bf16_blocks.use_blocks() == (forced == "always")
