@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
 COLUMNS = [
@@ -64,6 +65,20 @@ def ratios(rows: list[dict], engine: str = "engine") -> dict[str, dict[str, floa
                 entry[key.removesuffix("_s") + "_better_x"] = row[key] / base[key]
         out[row["system"]] = entry
     return out
+
+
+def with_paired_ratios(result: dict, reference: str) -> dict:
+    """Adds `throughput_x_paired` to each system's ratios: the median over rounds of the reference's tok/s ÷ that
+    system's in the same round. The rounds run each system in turn, so a round's two runs share the machine's
+    speed of that minute; the ratio of the medians does not cancel a drift across rounds (this host's speed moved by
+    up to 40 % between minutes), the median of the rounds' ratios does."""
+    runs = result["tokens_per_s_runs"]
+    base = runs.get(reference) or []
+    for system, entry in result["ratios"].items():
+        pairs = [b / x for b, x in zip(base, runs.get(system) or [], strict=False) if b and x]
+        if len(pairs) > 1:
+            entry["throughput_x_paired"] = float(statistics.median(pairs))
+    return result
 
 
 def engine_details(row: dict) -> str:

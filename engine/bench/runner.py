@@ -15,7 +15,7 @@ import torch
 from engine.bench import baselines
 from engine.bench.engine_run import VIAS, run_engine
 from engine.bench.http_client import llama_cpp_fields, run_through_server, served_model, studio_fields
-from engine.bench.report import ratios
+from engine.bench.report import ratios, with_paired_ratios
 from engine.bench.results import SystemResult
 from engine.bench.servers import llama_cpp_available, llama_cpp_server, studio_server
 from engine.bench.workloads import DEFAULT_BASELINES, WORKLOADS, Workload, build
@@ -203,19 +203,24 @@ def run_workload(
     results = [_median_run(r) for r in runs]
     rows = [r.summary() for r in results]
     reference = results[0]
-    return {
-        "description": workload.description,
-        "requests": len(workload.requests),
-        "output_tokens": workload.output_tokens,
-        "prompt_tokens": sum(len(r.prompt_ids) for r in workload.requests),
-        "systems": rows,
-        "repeat": repeat,
-        "tokens_per_s_runs": {
-            r.system: [x.summary().get("tokens_per_s") for x in rs] for r, rs in zip(results, runs, strict=True)
+    return with_paired_ratios(
+        {
+            "description": workload.description,
+            "requests": len(workload.requests),
+            "output_tokens": workload.output_tokens,
+            "prompt_tokens": sum(len(r.prompt_ids) for r in workload.requests),
+            "systems": rows,
+            "repeat": repeat,
+            "tokens_per_s_runs": {
+                r.system: [x.summary().get("tokens_per_s") for x in rs] for r, rs in zip(results, runs, strict=True)
+            },
+            "ratios": ratios(rows, reference.system),
+            "same_tokens_as": {
+                r.system: _agreement(reference, r, loaded.tokenizer) for r in results[1:] if not r.skipped
+            },
         },
-        "ratios": ratios(rows, reference.system),
-        "same_tokens_as": {r.system: _agreement(reference, r, loaded.tokenizer) for r in results[1:] if not r.skipped},
-    }
+        reference.system,
+    )
 
 
 def run_benchmark(

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from engine.bench.http_client import ExtraFields, run_through_server, served_model
 from engine.bench.process_watch import ProcessSample
-from engine.bench.report import ratios
+from engine.bench.report import ratios, with_paired_ratios
 from engine.bench.results import SystemResult
 from engine.bench.servers import ServerFailed, ServerProcess
 from engine.bench.workloads import BenchRequest, Workload
@@ -202,18 +202,21 @@ def run_served(
     for workload in workloads:
         chosen = [_median(runs[s.name][workload.name]) for s in plan.systems]
         rows = [r.summary() for r in chosen]
-        record["workloads"][workload.name] = {
-            "description": workload.description,
-            "requests": len(workload.requests),
-            "output_tokens": workload.output_tokens,
-            "prompt_tokens": sum(len(r.prompt_ids) for r in workload.requests),
-            "systems": rows,
-            "repeat": plan.repeat,
-            "tokens_per_s_runs": {
-                s.name: [x.summary().get("tokens_per_s") for x in runs[s.name][workload.name]] for s in plan.systems
+        record["workloads"][workload.name] = with_paired_ratios(
+            {
+                "description": workload.description,
+                "requests": len(workload.requests),
+                "output_tokens": workload.output_tokens,
+                "prompt_tokens": sum(len(r.prompt_ids) for r in workload.requests),
+                "systems": rows,
+                "repeat": plan.repeat,
+                "tokens_per_s_runs": {
+                    s.name: [x.summary().get("tokens_per_s") for x in runs[s.name][workload.name]] for s in plan.systems
+                },
+                "ratios": ratios(rows, reference),
+                # not compared: llama.cpp's kernels and the studio's round differently, so greedy replies part ways
+                "same_tokens_as": {},
             },
-            "ratios": ratios(rows, reference),
-            # not compared: llama.cpp's kernels and the studio's round differently, so greedy replies part ways
-            "same_tokens_as": {},
-        }
+            reference,
+        )
     return record

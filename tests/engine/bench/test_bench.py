@@ -50,6 +50,21 @@ def test_ratios_compare_every_baseline_to_the_engine() -> None:
     assert "| engine | 200.0 | 0.50s |" in text and "skipped: no" in text
 
 
+def test_paired_ratios_cancel_a_drift_across_rounds() -> None:
+    # the machine slows down round by round; in each round the window makes 95 % of the thread's speed
+    thread = [130.0, 115.0, 100.0, 90.0]
+    window = [0.95 * x for x in thread]
+    window[0], window[1] = window[1], window[0]  # one unlucky round order must not matter either
+    result = {
+        "tokens_per_s_runs": {"engine-window": window, "engine-thread": thread, "broken": []},
+        "ratios": {"engine-thread": {"throughput_x": 0.91}, "broken": {}},
+    }
+    paired = report.with_paired_ratios(result, "engine-window")["ratios"]
+    assert paired["engine-thread"]["throughput_x_paired"] == pytest.approx(0.95)
+    assert paired["engine-thread"]["throughput_x"] == 0.91  # the ratio of the medians stays beside it
+    assert "throughput_x_paired" not in paired["broken"]  # no runs, no pairs
+
+
 def test_workloads_have_the_advertised_shapes(tiny_model_dir) -> None:
     from transformers import AutoTokenizer
 
