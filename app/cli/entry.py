@@ -5,8 +5,11 @@ from __future__ import annotations
 
 
 def main() -> int:
-    from engine.cycle_collector import paused
+    from engine import import_index
+    from engine.cycle_collector import paused, set_aside_what_is_imported
 
+    import_index.install()  # before transformers is imported: its import table from the disk, not rebuilt
     with paused():  # importing them set off collections that re-walked every module object made so far
         from app.cli.main import main as run_command
+    set_aside_what_is_imported()
     return run_command()

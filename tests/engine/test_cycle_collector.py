@@ -91,3 +91,23 @@ def test_the_command_imports_its_modules_with_the_collector_paused_then_runs_wit
     collections, enabled = done.stdout.split()[-2:]
     assert collections == "0"  # torch, transformers' and the server's modules imported without one collection
     assert enabled == "True"  # the command itself runs with the collector on
+
+
+def test_what_start_up_froze_is_not_walked_again_until_a_model_was_set_aside(monkeypatch) -> None:
+    import weakref
+
+    from engine import cycle_collector
+
+    class Node:
+        pass
+
+    monkeypatch.setattr(cycle_collector, "_model_set_aside", False)  # as a process that has not loaded a model yet
+    node = Node()
+    node.cycle = node  # only the collector frees a cycle
+    dead = weakref.ref(node)
+    cycle_collector.set_aside_what_is_imported()
+    del node
+    cycle_collector.set_aside_what_is_loaded()
+    assert dead() is not None  # the first model's collection walks what the load made, not the start-up's objects
+    cycle_collector.set_aside_what_is_loaded()  # a model is among the frozen now: all of it is walked again
+    assert dead() is None
