@@ -12,6 +12,7 @@ from PySide6.QtWidgets import QProgressBar, QStatusBar, QWidget
 
 from widgets.elided_label import ElidedLabel
 from widgets.steady_label import SteadyLabel
+from widgets.steady_progress_bar import SteadyProgressBar
 
 # "3 of 8", "3/8" or "40 %" in a stage's text: how far it is, for a bar that fills instead of one that only moves
 _OF = re.compile(r"\b(\d+)\s*(?:of|/)\s*(\d+)\b")
@@ -43,7 +44,7 @@ class StudioStatusBar(QStatusBar):
         # the counts change a few times a second while replies stream: labels that repaint alone (SteadyLabel)
         self.device = SteadyLabel()
         self.precision = SteadyLabel()
-        self.pages = QProgressBar()
+        self.pages = SteadyProgressBar()
         self.pages.setFixedWidth(90)
         self.pages.setMaximumHeight(12)
         self.pages.setTextVisible(False)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from PySide6.QtWidgets import QHBoxLayout, QProgressBar, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QWidget
 
 from widgets.chat.context import ContextUsage, describe
 from widgets.elided_label import ElidedLabel
+from widgets.steady_progress_bar import SteadyProgressBar
 
 WARN_FROM = 0.85  # the bar turns to the warning colour this close to the end of the context
 
@@ -14,7 +15,7 @@ class ContextMeter(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("contextMeter")
-        self.bar = QProgressBar()
+        self.bar = SteadyProgressBar()
         self.bar.setObjectName("contextBar")
         self.bar.setRange(0, 1000)
         self.bar.setTextVisible(False)
