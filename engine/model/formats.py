@@ -36,7 +36,9 @@ class FormattedLinear(nn.Module):
     added in float32. Prepacked for oneDNN on CPU; bfloat16 in the compiled library's blocks where this machine
     measured them faster (engine/model/bf16_blocks.py: float32 sums, not rounded to bfloat16)."""
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, fmt: str) -> None:
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, fmt: str, blocks_allowed: bool = True) -> None:
+        """blocks_allowed: False keeps oneDNN's packing without asking whether blocks are faster here (which measures,
+        once a machine: 2.3 s of a first start that makes no bfloat16 copy at all)."""
         super().__init__()
         from engine.model import bf16_blocks  # it loads the compiled library, whose builder imports this module
 
@@ -44,7 +46,7 @@ class FormattedLinear(nn.Module):
         self.in_features, self.out_features = weight.shape[1], weight.shape[0]
         self.packed: torch.Tensor | None = None
         self.blocks: torch.Tensor | None = None
-        if self.dtype == torch.bfloat16 and self.in_features % 2 == 0 and bf16_blocks.use_blocks():
+        if self.dtype == torch.bfloat16 and self.in_features % 2 == 0 and blocks_allowed and bf16_blocks.use_blocks():
             self.blocks = torch.ops.studio.bf16_blocks(weight.detach())
         else:
             self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach().to(self.dtype).contiguous(), 16)
@@ -75,8 +77,9 @@ def usable(fmt: str, device: torch.device) -> bool:
         return False
     try:
         weight, x = torch.randn(64, 64), torch.randn(3, 64)
-        with torch.inference_mode():
-            out = make_linear(weight, None, fmt)(x)
+        with torch.inference_mode():  # oneDNN's bfloat16 product: the blocks are checked where they are chosen
+            linear = FormattedLinear(weight, None, fmt, blocks_allowed=False) if fmt in DTYPES else None
+            out = (linear if linear is not None else make_linear(weight, None, fmt))(x)
         expected = x @ weight.T
         return bool((out - expected).abs().max() < 0.25 * expected.abs().max())  # 4 bits round; a bug is way off
     except Exception:  # an internal op missing from this torch build, or unfit for this CPU

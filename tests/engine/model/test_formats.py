@@ -310,3 +310,17 @@ def test_a_head_held_as_stored_picks_the_exact_greedy_token_of_its_weights(fmt) 
         assert torch.equal(greedy.argmax(-1), exact.argmax(-1))
         picked = greedy.gather(-1, exact.argmax(-1, keepdim=True))
         assert torch.allclose(picked, exact.max(-1, keepdim=True).values, atol=1e-4)
+
+
+def test_checking_that_bfloat16_runs_here_does_not_measure_the_bfloat16_layouts(monkeypatch) -> None:
+    # a quantized model asks whether bfloat16 products run here before it finds that no copy would fit: that question
+    # must not cost the blocks' once-a-machine measurement (2.3 s of a first start)
+    from engine.model import bf16_blocks
+
+    asked = []
+    monkeypatch.setattr(bf16_blocks, "use_blocks", lambda progress=None: asked.append(1) or False)
+    runs_here = formats.usable(BFLOAT16, torch.device("cpu"))
+    assert asked == []
+    if runs_here:
+        formats.make_linear(torch.randn(32, 64), None, BFLOAT16)  # a copy that is made does ask
+        assert asked == [1]
