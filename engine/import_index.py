@@ -34,6 +34,8 @@ def install() -> None:
     nothing where transformers is imported already (the table is built) or the hook is in place."""
     if MODULE in sys.modules or any(isinstance(f, _Finder) for f in sys.meta_path):
         return
+    if getattr(sys, "frozen", False):  # a packaged studio's importer keeps modules its own way: left alone
+        return
     sys.meta_path.insert(0, _Finder())
 
 

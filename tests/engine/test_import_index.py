@@ -112,3 +112,15 @@ def test_transformers_imports_with_the_cached_table_equal_to_its_own(tmp_path) -
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
         assert done.returncode == 0, done.stderr[-2000:]
         assert int(done.stdout.split()[-1]) >= 2  # transformers' models table and a model's own
+
+
+def test_the_hook_goes_in_once_and_not_into_a_packaged_studio(monkeypatch) -> None:
+    monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
+    monkeypatch.delitem(sys.modules, import_index.MODULE, raising=False)
+    monkeypatch.setattr(sys, "frozen", True, raising=False)
+    import_index.install()
+    assert not any(isinstance(f, import_index._Finder) for f in sys.meta_path)
+    monkeypatch.delattr(sys, "frozen")
+    import_index.install()
+    import_index.install()
+    assert sum(isinstance(f, import_index._Finder) for f in sys.meta_path) == 1
