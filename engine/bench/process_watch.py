@@ -62,6 +62,19 @@ def _write_bytes(pid: int) -> int | None:
     return None
 
 
+def process_age_s(pid: int | str = "self") -> float | None:
+    """Seconds since the process started, from /proc (the kernel's start time, at its clock tick: 10 ms), or None
+    where there is no /proc."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+    except (OSError, ValueError):
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()  # after the command name, which may hold spaces
+    started = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22 of the whole line: starttime
+    return max(0.0, uptime - started)
+
+
 def physical_memory() -> int:
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -53,6 +54,8 @@ def test_self_test_streams_two_chats_on_the_embedded_model(tmp_path, embedded_mo
     result = _studio("--self-test", "--screenshot", str(shots), home=tmp_path / "home")
     assert result.returncode == 0, result.stderr
     assert "self-test passed: two chats streamed at the same time" in result.stdout
+    seconds = re.search(r"the first token shown ([0-9.]+) s after start", result.stdout)
+    assert seconds is not None and 0 < float(seconds.group(1)) < 300  # measured from the process's start
     names = {p.name for p in shots.glob("*.png")}
     assert {"studio-streaming.png", "studio-light.png", "studio-dark.png"} <= names
     # the live dashboard while both stream; the mid-stream shot needs a machine fast enough to catch both replies

@@ -168,3 +168,17 @@ def test_the_model_is_read_once_into_the_page_cache_before_any_server_starts(tmp
     for index in range(2):
         (folder / f"model-{index}.safetensors").write_bytes(b"x" * (1000 + index))
     assert read_through(str(folder)) == 2001  # the weights; the small files are read by the servers anyway
+
+
+def test_a_process_age_is_read_from_proc() -> None:
+    from engine.bench.process_watch import process_age_s
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        time.sleep(1.0)
+        age = process_age_s(child.pid)
+        assert age is not None and 0.9 <= age < 20  # the kernel's clock tick is 10 ms; a loaded machine is slow
+        assert process_age_s(999_999_999) is None  # no such process
+    finally:
+        child.kill()
+        child.wait(timeout=10)
