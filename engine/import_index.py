@@ -117,9 +117,19 @@ def _read_or_build(build: Callable, module_path, prefix: str | None) -> dict:
             partial = file.with_suffix(f".{os.getpid()}.tmp")
             partial.write_text(json.dumps(_encode(table)))
             os.replace(partial, file)  # atomic: another process reads the whole table or none
+            _forget_other_versions(file)
         except (OSError, TypeError, ValueError) as exc:  # a read-only cache, a table JSON cannot hold: built here
             log.debug("transformers' import table not saved: %s", exc)
     return table
+
+
+def _forget_other_versions(kept: Path) -> None:
+    """The tables of other transformers versions go once this one writes: the folder holds one version's (a dozen
+    files, a few hundred KB), not one per upgrade."""
+    version = kept.name.split("-", 1)[0]
+    for other in kept.parent.glob("*.json"):
+        if not other.name.startswith(f"{version}-"):
+            other.unlink(missing_ok=True)
 
 
 def _stamp(module_path: Path, prefix: str | None) -> str:

@@ -71,6 +71,12 @@ def test_an_altered_or_stale_table_is_built_again(cache, models) -> None:
     assert import_index.cached(counting_build(calls))(models) == TABLE and len(calls) == 3
     assert len(list(cache.glob("*.json"))) == 2
 
+    (cache / "4.0.0-0123456789abcdef0123.json").write_text("[]")  # a table of the transformers before an upgrade
+    (models / "another_model").mkdir()
+    os.utime(models, ns=(2, 2))
+    import_index.cached(counting_build(calls))(models)
+    assert not (cache / "4.0.0-0123456789abcdef0123.json").exists() and len(list(cache.glob("*.json"))) == 3
+
 
 def test_a_read_only_cache_and_unknown_arguments_still_give_transformers_table(tmp_path, monkeypatch, models) -> None:
     blocker = tmp_path / "file"
