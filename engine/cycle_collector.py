@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import threading
 from collections.abc import Iterator
+
+_pauses = 0  # paused() calls under way, in any thread
+_pauses_lock = threading.Lock()
 
 
 @contextlib.contextmanager
@@ -15,13 +19,24 @@ def paused() -> Iterator[None]:
     of a 3B model's 4-5 s start. Garbage cycles made meanwhile wait for the next collection (set_aside_what_is_loaded
     runs one once the model serves). Nests, and overlaps between threads (loads side by side): the collector is back
     on once the call that found it on leaves, whatever happens inside."""
+    global _pauses
     was_enabled = gc.isenabled()
     gc.disable()
+    with _pauses_lock:
+        _pauses += 1
     try:
         yield
     finally:
+        with _pauses_lock:
+            _pauses -= 1
         if was_enabled:
             gc.enable()
+
+
+def pausing() -> bool:
+    """Whether a start-up or a load anywhere in the process has the collector paused: a collector run by hand (the
+    window's, in its GUI thread) waits too."""
+    return _pauses > 0
 
 
 _model_set_aside = False  # whether a model's objects are among those frozen (else only the start-up's are)

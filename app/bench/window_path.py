@@ -13,7 +13,6 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from pyqtgraph.util.garbage_collector import GarbageCollector
 from PySide6.QtCore import QCoreApplication, QEvent, Qt, QTimer
 from PySide6.QtGui import QInputDevice, QKeyEvent
 from PySide6.QtWidgets import QApplication
@@ -21,6 +20,7 @@ from PySide6.QtWidgets import QApplication
 from app.bench.window import wait_events, wait_events_until
 from app.chat.store import ChatStore
 from app.hosting.backends import LOCAL
+from app.window.gui_collector import GuiCollector
 from app.window.main_window import MainWindow
 from app.window.self_test import isolate_user_data
 from app.window.settings import StudioSettings
@@ -99,7 +99,7 @@ def run_window(loaded, workload: Workload, config: EngineConfig, name: str = "en
     """One run of the workload through the main window; the window is new each run, the model the loaded one."""
     isolate_user_data()  # whatever else the window keeps (endpoints, panel choices) goes to a throwaway home
     app = QApplication.instance() or QApplication(["inference-studio"])
-    collector = GarbageCollector(interval=0.5)  # as the studio: Python's collector runs in the UI thread only
+    collector = GuiCollector(interval=0.5)  # as the studio: Python's collector runs in the UI thread only
     folder = Path(tempfile.mkdtemp(prefix="inference-studio-bench-window-"))
     store = ChatStore(folder / "chats.sqlite3")
     window = MainWindow(StudioSettings(folder / "settings.ini"), store=store)

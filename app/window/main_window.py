@@ -8,7 +8,6 @@ import logging
 from dataclasses import replace
 from pathlib import Path
 
-from pyqtgraph.util.garbage_collector import GarbageCollector
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QCloseEvent
 from PySide6.QtWidgets import (
@@ -41,6 +40,7 @@ from app.remote.features import RemoteFeatures, RemoteHost
 from app.window.actions import build_actions, build_menus, build_toolbar, fit_toolbar
 from app.window.dashboard_setup import DashboardHost, install_studio_dashboard
 from app.window.engine_status import EngineStatus
+from app.window.gui_collector import GuiCollector
 from app.window.interrupts import close_on_interrupt
 from app.window.qt_messages import route_qt_messages
 from app.window.self_test import SelfTest, isolate_user_data
@@ -356,7 +356,7 @@ def run_studio(args: argparse.Namespace) -> int:
     app.setDesktopFileName("inference-studio")
     # Python's cycle collector runs in whichever thread allocates; collecting a Qt object in the engine or
     # HTTP thread destroys it there, which Qt answers with warnings or a crash. Collect in the GUI thread only.
-    collector = GarbageCollector(interval=0.5)
+    collector = GuiCollector(interval=0.5)
     try:
         settings = StudioSettings()
         theme = ThemeManager(app)
