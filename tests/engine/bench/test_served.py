@@ -5,6 +5,7 @@ memory cap and one that never becomes ready each get a row that says so, and the
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 import time
@@ -170,6 +171,7 @@ def test_the_model_is_read_once_into_the_page_cache_before_any_server_starts(tmp
     assert read_through(str(folder)) == 2001  # the weights; the small files are read by the servers anyway
 
 
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="no /proc here (Linux only)")
 def test_a_process_age_is_read_from_proc() -> None:
     from engine.bench.process_watch import process_age_s
 
