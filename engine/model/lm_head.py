@@ -4,8 +4,9 @@ matrix; what is picked from is float32's)."""
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 from torch import nn
@@ -188,6 +189,24 @@ class LMHead:
         # on each product than a bfloat16 weight has); a wider bound only recomputes a few more near-ties
         head.use_fast(module, max_row_norm=norm, margin=4.0)
         return head
+
+    @contextlib.contextmanager
+    def untimed(self) -> Iterator[None]:
+        """The head without the twin a timing chose (a float32 head's bfloat16 twin, a stored head's int8
+        activations): what the fast path's check compares, so its verdict is the same on every machine, whichever
+        was measured faster here. A float32 head gives every logit exact; a stored head ranks with its own module,
+        as transformers' forward computes it."""
+        saved = dict(self.__dict__)
+        try:
+            if self.weight is not None:
+                self.fast = None
+            elif isinstance(self.fast, Int8ActivationsHead):
+                module = self.fast._module[0]
+                self.use_fast(module, max_row_norm=_max_row_norm(module), margin=4.0)
+            yield
+        finally:
+            self.__dict__.clear()
+            self.__dict__.update(saved)
 
     def use_int8_activations(self, fast: nn.Module, max_row_norm: float) -> None:
         """Pick leaders from `fast`, the stored weights times int8 activations (Int8ActivationsHead): float32 out."""
