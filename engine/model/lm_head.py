@@ -106,6 +106,11 @@ class Int8ActivationsHead(nn.Module):
                                   module.in_features)  # fmt: skip
         return fast if formats.measure(passes, buckets=(1,), key=key).format_for(1) == "int8 activations" else None
 
+    @property
+    def module(self) -> Int8Linear | Int4Linear:
+        """The stored head whose weights this multiplies."""
+        return self._module[0]
+
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         module, rows = self._module[0], hidden.reshape(-1, self.in_features).to(torch.bfloat16).contiguous()
         if self._scales is None:
@@ -201,7 +206,7 @@ class LMHead:
             if self.weight is not None:
                 self.fast = None
             elif isinstance(self.fast, Int8ActivationsHead):
-                module = self.fast._module[0]
+                module = self.fast.module
                 self.use_fast(module, max_row_norm=_max_row_norm(module), margin=4.0)
             yield
         finally:

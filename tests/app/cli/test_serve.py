@@ -12,7 +12,7 @@ import httpx
 import openai
 import pytest
 
-from tests.serving import ServedStudio
+from tests.serving import ServedStudio, cache_the_chat_prompt
 
 MODEL = "tiny"
 HELLO = [{"role": "user", "content": "hello world"}]
@@ -357,6 +357,7 @@ def test_real_answers_from_the_embedded_model(embedded_server: ServedStudio) -> 
     client = openai.OpenAI(base_url=embedded_server.base_url, api_key="unused", max_retries=0, timeout=120)
     system = {"role": "system", "content": "You are a concise geography assistant. Answer in one short sentence."}
     messages = [system, {"role": "user", "content": "What is the capital of France?"}]
+    cache_the_chat_prompt(client, model="smollm2", messages=messages, temperature=0)
     whole = client.chat.completions.create(model="smollm2", messages=messages, max_tokens=24, temperature=0)
     assert "Paris" in whole.choices[0].message.content
     chunks = list(

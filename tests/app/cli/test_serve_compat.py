@@ -11,7 +11,7 @@ import openai
 import pytest
 from pydantic import BaseModel
 
-from tests.serving import ServedStudio
+from tests.serving import ServedStudio, cache_the_chat_prompt
 
 MODEL = "smollm2"
 WEATHER = {
@@ -38,6 +38,7 @@ def test_a_forced_call_cut_by_max_tokens_is_the_same_call_whole_and_streamed(
     client: openai.OpenAI, max_tokens: int
 ) -> None:
     ask = {"model": MODEL, "messages": PARIS, "tools": [WEATHER], "tool_choice": "required", "temperature": 0}
+    cache_the_chat_prompt(client, **ask)
     whole = client.chat.completions.create(**ask, max_tokens=max_tokens).choices[0]
     assert whole.finish_reason == "length"
     assert "tool_call" not in (whole.message.content or "")  # never the template's markup
@@ -97,6 +98,7 @@ def test_presence_and_frequency_penalties_are_applied(client: openai.OpenAI) -> 
     difference is the penalties'."""
     ask = [{"role": "user", "content": "Say 'yes' twenty times."}]
     fixed = {"model": MODEL, "messages": ask, "max_tokens": 24, "temperature": 0, "extra_body": {"min_tokens": 24}}
+    cache_the_chat_prompt(client, **fixed)
     plain = client.chat.completions.create(**fixed).choices[0].message.content
     penalised = client.chat.completions.create(**fixed, presence_penalty=1.5, frequency_penalty=1.0)
     streamed = client.chat.completions.create(**fixed, presence_penalty=1.5, frequency_penalty=1.0, stream=True)

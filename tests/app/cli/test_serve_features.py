@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, Field, TypeAdapter, create_model
 
-from tests.serving import ServedStudio
+from tests.serving import ServedStudio, cache_the_chat_prompt
 
 MODEL = "smollm2"
 ASK = [{"role": "user", "content": "Describe a person you like, as JSON."}]
@@ -175,6 +175,7 @@ def test_a_tool_result_goes_back_and_the_model_answers(client: openai.OpenAI) ->
 
 # ---- logprobs, logit_bias, stop_token_ids ----------------------------------------------------------------------
 def test_top_logprobs_are_sorted_and_the_greedy_choice_comes_first(client: openai.OpenAI) -> None:
+    cache_the_chat_prompt(client, model=MODEL, messages=PARIS, temperature=0)
     reply = client.chat.completions.create(
         model=MODEL, messages=PARIS, max_tokens=12, temperature=0, logprobs=True, top_logprobs=5
     )

@@ -94,6 +94,7 @@ def test_streaming_events_as_the_sdk_reads_them(client: openai.OpenAI) -> None:
 
 def test_a_forced_function_call_its_output_and_the_answer(client: openai.OpenAI) -> None:
     ask = "What is the weather like in Paris?"
+    cache_the_prompt(client, input=ask, tools=[WEATHER], tool_choice="required")
     first = create(client, input=ask, tools=[WEATHER], tool_choice="required", temperature=0, max_output_tokens=60)
     (call,) = first.output
     assert call.type == "function_call" and call.name == "get_weather" and call.call_id.startswith("call_")
@@ -108,17 +109,19 @@ def test_a_forced_function_call_its_output_and_the_answer(client: openai.OpenAI)
     arguments = "".join(e.delta for e in events if e.type == "response.function_call_arguments.delta")
     assert arguments == streamed.output[0].arguments == call.arguments
     # the result goes back by previous_response_id and a function_call_output item; the model answers in text
+    replay = [
+        {"role": "user", "content": ask},
+        {"type": "function_call", "call_id": call.call_id, "name": call.name, "arguments": call.arguments},
+        {"type": "function_call_output", "call_id": call.call_id, "output": '{"sky": "sunny", "celsius": 21}'},
+    ]
+    cache_the_prompt(client, tools=[WEATHER], store=False, input=replay)
     answer = create(client, previous_response_id=first.id, tools=[WEATHER], temperature=0, max_output_tokens=40,
                     input=[{"type": "function_call_output", "call_id": call.call_id,
                             "output": '{"sky": "sunny", "celsius": 21}'}])  # fmt: skip
     assert answer.previous_response_id == first.id and answer.output_text
     assert answer.usage.input_tokens > first.usage.input_tokens + first.usage.output_tokens
     # the same conversation sent in full, without the store, is the same prompt
-    replayed = create(client, tools=[WEATHER], temperature=0, max_output_tokens=40, store=False, input=[
-        {"role": "user", "content": ask},
-        {"type": "function_call", "call_id": call.call_id, "name": call.name, "arguments": call.arguments},
-        {"type": "function_call_output", "call_id": call.call_id, "output": '{"sky": "sunny", "celsius": 21}'},
-    ])  # fmt: skip
+    replayed = create(client, tools=[WEATHER], temperature=0, max_output_tokens=40, store=False, input=replay)
     assert replayed.output_text == answer.output_text
     assert replayed.usage.input_tokens == answer.usage.input_tokens
 
