@@ -24,6 +24,11 @@ def runtime_record(engine) -> dict[str, object]:
         "layer_formats": sorted(fast.choice.formats) if fast is not None else [loaded.info.dtype],
         "kernels": list(fast.kinds) if fast is not None else list(engine.kernels),
         "compiled_step": fast.compiled_note if fast is not None else "off: no lean forward",
+        # steps of up to these many rows multiply float weights by claimed dot products, longer ones by oneDNN's:
+        # a row's sums then run in another order by the step's size (0: one product for every size)
+        "claimed_rows": max((s.claimed_to for s in fast.compiled.values() if s.claimed_linears), default=0)
+        if fast is not None
+        else 0,
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "torch": torch.__version__,
         "torch_threads": torch.get_num_threads(),

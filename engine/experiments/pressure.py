@@ -15,6 +15,7 @@ from engine.experiments.plumbing import (
     run_batch,
     text_prompt,
 )
+from engine.model.dense_rows import ENV as CLAIMED_ENV  # "never": oneDNN's products for every step size
 
 EXACT_FORMATS = {"float32"}  # formats whose results do not depend on how many rows are computed together
 
@@ -27,7 +28,11 @@ def compute_precision(engine) -> tuple[str, bool]:
     words = ", ".join(sorted(formats))
     if quant != "none":
         words = f"{quant} weights ({words} arithmetic)"
-    return words, quant == "none" and formats <= EXACT_FORMATS
+    claimed = int(record.get("claimed_rows") or 0)
+    if claimed:  # measured faster here for a chat's decode steps (dense_rows.py); their sums run in another order
+        rows = "1 row" if claimed == 1 else f"1-{claimed} rows"
+        words += f" (claimed dot products at {rows}, oneDNN's products at more)"
+    return words, quant == "none" and formats <= EXACT_FORMATS and not claimed
 
 
 def first_divergence(reference: list[list[int]], other: list[list[int]]) -> tuple[int, int] | None:
@@ -50,6 +55,8 @@ def replies_note(divergence: tuple[int, int] | None, precision: str, exact: bool
             f"(This model computes in {precision}.)"
         )
     chat, token = divergence
+    # float32 where this machine measured the claimed dot products faster for a few rows: one product for all sizes
+    remedy = f" (on this machine also with {CLAIMED_ENV}=never in the environment)" if "claimed" in precision else ""
     where = f"token {token + 1} of chat #{chat + 1}"
     if exact:
         return (
@@ -61,7 +68,7 @@ def replies_note(divergence: tuple[int, int] | None, precision: str, exact: bool
         f"{precision}: there the rounding of a matrix product depends on the batch shape (how many rows run "
         "together, and a preempted chat is recomputed in one pass instead of token by token), so a nearly tied "
         "next token can come out the other way. Loaded with the dtype float32, the model computes the same "
-        "numbers whatever the batch, the replies are identical and preemption costs only time."
+        f"numbers whatever the batch, the replies are identical and preemption costs only time{remedy}."
     )
 
 

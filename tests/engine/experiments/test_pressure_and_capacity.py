@@ -4,16 +4,31 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from engine.core.config import EngineConfig
 from engine.experiments.capacity import capacity_row
 from engine.experiments.catalog import experiment
 from engine.experiments.plumbing import ExperimentContext, ExperimentSizes
-from engine.experiments.pressure import first_divergence, replies_note
+from engine.experiments.pressure import compute_precision, first_divergence, replies_note
 
 
-def test_memory_pressure_on_float32_weights_keeps_the_replies_identical(embedded_model) -> None:
-    """The embedded model loaded with an explicit float32 computes exactly, whatever the batch shape."""
-    ctx = ExperimentContext(embedded_model, EngineConfig(), ExperimentSizes.small())
+def fresh_embedded(monkeypatch, claimed: str):
+    """The embedded model loaded anew in float32 (the session's may have its forward built already) with the claimed
+    dot products forced on or off."""
+    from engine.load.loader import load_model
+    from engine.load.options import LoadOptions
+    from engine.model import dense_rows
+
+    monkeypatch.setenv(dense_rows.ENV, claimed)
+    return load_model(None, LoadOptions(dtype="float32"))
+
+
+def test_memory_pressure_on_float32_weights_keeps_the_replies_identical(monkeypatch) -> None:
+    """The embedded model loaded with an explicit float32 computes exactly, whatever the batch shape: with one float
+    product for every step size (a machine that measured the claimed dot products faster for a few rows runs them
+    there, and its experiment says so: test_claimed_products_are_not_called_batch_invariant)."""
+    ctx = ExperimentContext(fresh_embedded(monkeypatch, "never"), EngineConfig(), ExperimentSizes.small())
     result = experiment("memory_pressure").run(ctx)
     ample, tight = result.figures
     assert ample["preemptions"] == 0 and tight["preemptions"] > 0
@@ -21,6 +36,21 @@ def test_memory_pressure_on_float32_weights_keeps_the_replies_identical(embedded
     assert tight["compute_precision"] == "float32"
     assert "identical, token for token" in result.notes[-1] and "only time" in result.notes[-1]
     assert not any("DIFFERENT" in note for note in result.notes)
+
+
+def test_claimed_products_are_not_called_batch_invariant(monkeypatch) -> None:
+    from engine.core.engine import Engine
+    from engine.model import dense_rows
+
+    engine = Engine(fresh_embedded(monkeypatch, "always"))
+    if not engine.runtime_record()["claimed_rows"]:
+        pytest.skip("no compiled step here (no compiler): no claimed products")
+    precision, exact = compute_precision(engine)
+    assert not exact and precision.startswith("float32 (claimed dot products at 1-")
+    note = replies_note((0, 3), precision, exact)
+    assert "bug" not in note and "batch shape" in note and f"{dense_rows.ENV}=never" in note
+    plain = Engine(fresh_embedded(monkeypatch, "never"))
+    assert plain.runtime_record()["claimed_rows"] == 0 and compute_precision(plain) == ("float32", True)
 
 
 def test_where_replies_part_the_note_says_from_which_token_and_why() -> None:
