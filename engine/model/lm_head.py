@@ -206,8 +206,7 @@ class LMHead:
             if self.weight is not None:
                 self.fast = None
             elif isinstance(self.fast, Int8ActivationsHead):
-                module = self.fast.module
-                self.use_fast(module, max_row_norm=_max_row_norm(module), margin=4.0)
+                self.use_fast(self.fast.module, max_row_norm=self._row_norm, margin=4.0)
             yield
         finally:
             self.__dict__.clear()
@@ -216,6 +215,7 @@ class LMHead:
     def use_int8_activations(self, fast: nn.Module, max_row_norm: float) -> None:
         """Pick leaders from `fast`, the stored weights times int8 activations (Int8ActivationsHead): float32 out."""
         self.fast = fast
+        self._row_norm = max_row_norm  # read once at load (a pass over the head); untimed() bounds the module by it
         n = self.exact.in_features
         # The activations' error, per element: rounding to bfloat16 (u |x_i|), then to its group's int8 step (at most
         # half of the group's largest / 127, that largest up to (1 + u) of x's): in norm at most

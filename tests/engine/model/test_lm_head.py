@@ -85,3 +85,22 @@ def test_min_tokens_bans_the_end_token_before_the_leaders_are_chosen() -> None:
     assert allowed_masks([sampling_row(request)], VOCAB, {EOS}) is None
     with torch.inference_mode():
         assert int(head.greedy(HIDDEN).argmax()) == EOS
+
+
+def test_a_stored_heads_untimed_form_ranks_with_its_module_under_the_bound_read_at_load(monkeypatch) -> None:
+    """The fast path's check holds a stored head as its module ranks (not the int8-activations twin a timing may
+    pick), with the error bound made from the row norm read at load: the head is not read again for it."""
+    from engine.model import lm_head
+
+    module = formats.make_linear(torch.randn(48, 64, generator=torch.Generator().manual_seed(3)), None, formats.INT8)
+    head = LMHead.stored(module)
+    assert head.fast is module  # a head this small ranks with its module on every machine
+    bound = head._norm_error
+    twin = lm_head.Int8ActivationsHead(module)
+    head.use_int8_activations(twin, lm_head._max_row_norm(module))
+    reads = []
+    real = lm_head._max_row_norm
+    monkeypatch.setattr(lm_head, "_max_row_norm", lambda m: reads.append(m) or real(m))
+    with head.untimed():
+        assert head.fast is module and head._norm_error == pytest.approx(bound)
+    assert reads == [] and head.fast is twin
