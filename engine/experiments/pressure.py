@@ -15,6 +15,7 @@ from engine.experiments.plumbing import (
     run_batch,
     text_prompt,
 )
+from engine.model.compiled_step import rows_up_to
 from engine.model.dense_rows import ENV as CLAIMED_ENV  # "never": oneDNN's products for every step size
 
 EXACT_FORMATS = {"float32"}  # formats whose results do not depend on how many rows are computed together
@@ -30,8 +31,7 @@ def compute_precision(engine) -> tuple[str, bool]:
         words = f"{quant} weights ({words} arithmetic)"
     claimed = int(record.get("claimed_rows") or 0)
     if claimed:  # measured faster here for a chat's decode steps (dense_rows.py); their sums run in another order
-        rows = "1 row" if claimed == 1 else f"1-{claimed} rows"
-        words += f" (claimed dot products at {rows}, oneDNN's products at more)"
+        words += f" (claimed dot products at {rows_up_to(claimed)}, oneDNN's products at more)"
     return words, quant == "none" and formats <= EXACT_FORMATS and not claimed
 
 

@@ -50,6 +50,11 @@ KINDS = (PACKED, DENSE, INT8, INT4, BLOCKS)
 KV_DTYPES = (torch.float32, torch.bfloat16)  # the KV caches it reads and writes
 
 
+def rows_up_to(rows: int) -> str:
+    """ "1 row" or "1-N rows": the steps a measured product takes (how the record and the experiments say it)."""
+    return "1 row" if rows == 1 else f"1-{rows} rows"
+
+
 class CompileUnavailable(RuntimeError):
     """The compiled step can't be built or loaded here; the message says why in one line."""
 
@@ -353,8 +358,9 @@ class CompiledStep:
             spans = ", ".join(f"{w}-wide at {r.first}-{r.last} rows{amx[w]}" for w, r in ranges)
             parts.append(f"int8 activations for int4 {spans}")
         if self.claimed_to and self.claimed_linears:
-            rows = "1 row" if self.claimed_to == 1 else f"1-{self.claimed_to} rows"
-            parts.append(f"claimed dot products for {self.claimed_linears} float linears at {rows}")
+            parts.append(
+                f"claimed dot products for {self.claimed_linears} float linears at {rows_up_to(self.claimed_to)}"
+            )
         return "; ".join(parts) or None
 
     def forward(self, hidden, cos, sin, storage, chunks, pages) -> torch.Tensor:
