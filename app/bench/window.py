@@ -44,6 +44,30 @@ def wait_events_until(condition, seconds: float) -> None:
     check.stop()
 
 
+class EventWait:
+    """The Qt event loop run until done() is called or a time limit passes, with nothing polling in between: a poll
+    wakes the UI thread, and on two cores each wake comes out of the engine's time the window is measured against."""
+
+    def __init__(self) -> None:
+        self._loop = QEventLoop()
+        self.is_done = False
+
+    def done(self) -> None:
+        self.is_done = True
+        self._loop.quit()
+
+    def run(self, seconds: float) -> bool:
+        """Whether done() was called (before this, or within `seconds`)."""
+        if not self.is_done:
+            limit = QTimer()
+            limit.setSingleShot(True)
+            limit.timeout.connect(self._loop.quit)
+            limit.start(int(seconds * 1000))
+            self._loop.exec()
+            limit.stop()
+        return self.is_done
+
+
 class BenchWindow(QWidget):
     """Chats that keep streaming (a finished reply is followed by a new question) beside the dashboard."""
 

@@ -17,7 +17,7 @@ from PySide6.QtCore import QCoreApplication, QEvent, Qt, QTimer
 from PySide6.QtGui import QInputDevice, QKeyEvent
 from PySide6.QtWidgets import QApplication
 
-from app.bench.window import wait_events, wait_events_until
+from app.bench.window import EventWait, wait_events
 from app.chat.store import ChatStore
 from app.hosting.backends import LOCAL
 from app.window.gui_collector import GuiCollector
@@ -139,6 +139,7 @@ def _drive(app, window: MainWindow, loaded, workload: Workload, config: EngineCo
     arrivals: dict[str, float] = {}
     finished: set[str] = set()
     by_tab: dict[str, str] = {}  # tab title -> request id
+    all_shown = EventWait()  # the thread path waits on an event too: neither path polls while it is measured
 
     def shown(events) -> None:
         now = time.monotonic()
@@ -150,6 +151,8 @@ def _drive(app, window: MainWindow, loaded, workload: Workload, config: EngineCo
             outputs[event.request_id].extend(event.token_ids)
             if event.finished:
                 finished.add(event.request_id)
+                if len(finished) == len(workload.requests):
+                    all_shown.done()
                 if event.error:
                     raise RuntimeError(f"{event.tag} failed: {event.error}")
 
@@ -167,7 +170,7 @@ def _drive(app, window: MainWindow, loaded, workload: Workload, config: EngineCo
     for chat, request in zip(chats, workload.requests, strict=True):
         QTimer.singleShot(int(request.arrival_s * 1000), lambda c=chat, r=request: send(c, r))
     typing.start()
-    wait_events_until(lambda: len(finished) == len(workload.requests), WAIT_LIMIT_S)
+    all_shown.run(WAIT_LIMIT_S)
     busy = (time.thread_time() - cpu) / max(1e-9, time.monotonic() - start)
     typing.stop()
     if len(finished) < len(workload.requests):
