@@ -182,9 +182,12 @@ class ChatController(QObject):
             self.set_settings(current)
         self._reply_index = self._append(ChatMessage(ASSISTANT, ""))
         self._saved_at = time.monotonic()  # the first save comes an interval in, not while the stream starts
-        self.panel.transcript.scroll_to_end()
-        self._set_busy(True)
+        # submitted before the busy state is shown: the Send/Stop swap and the tab's title are UI work the engine need
+        # not wait for (with sends in a burst, a compare's, each waited for every earlier one's)
         self._submit()
+        if self._reply_index is not None:  # not finished at once (a refusal, a context that cannot fit)
+            self.panel.transcript.scroll_to_end()
+            self._set_busy(True)
 
     def hold(self, hold: Hold) -> None:
         """The engine is busy with something else: a reply that streams or waits says so, with a Stop for it."""

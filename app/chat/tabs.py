@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtWidgets import QToolButton
 
 from app.chat.controller import ChatController, Hold
@@ -44,6 +44,14 @@ class ChatTabs(QObject):
         self._settings_visible = True
         self._sidebar_width = 0  # 0: the panel's default
         self._holds: dict[str, Hold] = {}  # what has the local engine to itself now (an experiment, a comparison)
+        # tab titles whose busy mark changed, set once the sends or ends of this pass are done: each setTabText lays
+        # the tab bar out again (0.4 ms with 16 tabs), and a compare or a burst of sends would make the last request
+        # wait for every earlier tab's title before it reaches the engine
+        self._stale_titles: set[ChatController] = set()
+        self._title_refresh = QTimer(self)
+        self._title_refresh.setSingleShot(True)
+        self._title_refresh.setInterval(0)
+        self._title_refresh.timeout.connect(self._refresh_stale_titles)
         self.widget = SteadyTabWidget()
         self.widget.setObjectName("chatTabs")
         self.widget.setTabsClosable(True)
@@ -164,6 +172,7 @@ class ChatTabs(QObject):
             if not self._confirm("Close chat", question):
                 return False
         controller.shutdown()
+        self._stale_titles.discard(controller)  # deleted below: its title has no tab to go to
         self.widget.removeTab(index)
         panel.deleteLater()
         controller.deleteLater()
@@ -197,8 +206,14 @@ class ChatTabs(QObject):
             self.widget.setTabToolTip(index, "writing a reply…" if controller.busy else "")
 
     def _on_busy(self, controller: ChatController) -> None:
-        self._refresh_tab(controller)
+        self._stale_titles.add(controller)
+        self._title_refresh.start()
         self.busy_changed.emit()
+
+    def _refresh_stale_titles(self) -> None:
+        stale, self._stale_titles = self._stale_titles, set()
+        for controller in stale:
+            self._refresh_tab(controller)
 
     def _save_open_tabs(self) -> None:
         self._store.set_open_tabs([c.chat_id for c in self.controllers])

@@ -95,3 +95,50 @@ def test_edit_and_resend_drops_everything_after_the_edited_message(qtbot, make_w
     stored = window.store.load_chat(chat.chat_id).messages
     assert [m.content for m in stored] == [m.content for m in chat.messages]
     assert chat.panel.editing_index is None
+
+
+def _marked(window, controller) -> bool:
+    return window.tabs.widget.tabText(window.tabs.index_of(controller)).endswith(" ●")
+
+
+def test_a_tab_title_is_marked_while_its_reply_is_under_way_and_not_after(qtbot, make_window, ignore_eos) -> None:
+    window = make_window()
+    chat = window.tabs.current
+    chat.set_settings(settings(max_tokens=200))
+    assert chat.send("hello")
+    qtbot.waitUntil(lambda: _marked(window, chat), timeout=10_000)
+    assert chat.busy
+    assert window.tabs.widget.tabToolTip(window.tabs.index_of(chat)) == "writing a reply…"
+    wait_idle(qtbot, chat)
+    qtbot.waitUntil(lambda: not _marked(window, chat), timeout=10_000)
+    assert window.tabs.widget.tabText(window.tabs.index_of(chat)) == chat.title
+
+
+def test_sends_in_one_pass_reach_the_engine_before_the_window_shows_them_busy(qtbot, make_window) -> None:
+    """A compare or a burst of sends: each request goes to the engine before its tab's busy state is drawn, so the
+    last one does not wait for the Send/Stop swaps and tab titles of every earlier tab."""
+    from app.hosting.backends import LOCAL
+
+    window = make_window()
+    chats = [window.tabs.current, window.tabs.new_chat(), window.tabs.new_chat()]
+    local = window.registry.get(LOCAL)
+    seen: list[bool] = []  # at each submit: whether any tab's title was marked busy yet
+
+    class Watched:
+        def submit(self, **kwargs):
+            seen.append(any(_marked(window, c) for c in chats))
+            return local.submit(**kwargs)
+
+        def __getattr__(self, name):
+            return getattr(local, name)
+
+    window.registry.set(LOCAL, Watched(), label="tiny")
+    for chat in chats:
+        chat.set_settings(settings(max_tokens=4))
+    assert all(chat.send(f"question {i}") for i, chat in enumerate(chats))
+    assert len(seen) == 3
+    assert not any(seen)  # the titles are set once the pass is done, after every submit
+    assert all(not chat.panel.stop_button.isHidden() for chat in chats)  # Stop, once its request went out
+    wait_idle(qtbot, *chats)
+    qtbot.waitUntil(lambda: not any(_marked(window, c) for c in chats), timeout=10_000)
+    assert all(chat.messages[-1].error is None and chat.messages[-1].content for chat in chats)
