@@ -285,3 +285,5 @@ class ChatTabs(QObject):
         self._save_open_tabs()
         for controller in self.controllers:
             controller.shutdown()
+        self._title_refresh.stop()  # the window goes: no title to set, and the tabs' widgets may be gone first
+        self._stale_titles.clear()
