@@ -18,6 +18,7 @@ from engine.experiments.plumbing import (
 from engine.model.compiled_step import rows_up_to
 from engine.model.dense_rows import ENV as CLAIMED_ENV  # "never": oneDNN's products for every step size
 
+CLAIMED_WORDS = "claimed dot products"  # how compute_precision names them, and replies_note recognises them
 EXACT_FORMATS = {"float32"}  # formats whose results do not depend on how many rows are computed together
 
 
@@ -31,7 +32,7 @@ def compute_precision(engine) -> tuple[str, bool]:
         words = f"{quant} weights ({words} arithmetic)"
     claimed = int(record.get("claimed_rows") or 0)
     if claimed:  # measured faster here for a chat's decode steps (dense_rows.py); their sums run in another order
-        words += f" (claimed dot products at {rows_up_to(claimed)}, oneDNN's products at more)"
+        words += f" ({CLAIMED_WORDS} at {rows_up_to(claimed)}, oneDNN's products at more)"
     return words, quant == "none" and formats <= EXACT_FORMATS and not claimed
 
 
@@ -55,8 +56,12 @@ def replies_note(divergence: tuple[int, int] | None, precision: str, exact: bool
             f"(This model computes in {precision}.)"
         )
     chat, token = divergence
-    # float32 where this machine measured the claimed dot products faster for a few rows: one product for all sizes
-    remedy = f" (on this machine also with {CLAIMED_ENV}=never in the environment)" if "claimed" in precision else ""
+    if CLAIMED_WORDS in precision:  # float32 already: what makes it batch-invariant is one product for every size
+        remedy = (f"With {CLAIMED_ENV}=never in the environment, one product serves every step size: the replies are "
+                  "identical and preemption costs only time.")  # fmt: skip
+    else:
+        remedy = ("Loaded with the dtype float32, the model computes the same numbers whatever the batch, the "
+                  "replies are identical and preemption costs only time.")  # fmt: skip
     where = f"token {token + 1} of chat #{chat + 1}"
     if exact:
         return (
@@ -67,8 +72,7 @@ def replies_note(divergence: tuple[int, int] | None, precision: str, exact: bool
         f"The replies match the run with ample memory up to {where}, then part. This model computes in "
         f"{precision}: there the rounding of a matrix product depends on the batch shape (how many rows run "
         "together, and a preempted chat is recomputed in one pass instead of token by token), so a nearly tied "
-        "next token can come out the other way. Loaded with the dtype float32, the model computes the same "
-        f"numbers whatever the batch, the replies are identical and preemption costs only time{remedy}."
+        f"next token can come out the other way. {remedy}"
     )
 
 
