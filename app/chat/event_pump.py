@@ -21,7 +21,9 @@ class EventPump(QObject):
     frame: the first token and the end are what a user waits for (a frame's wait was a tenth of the embedded model's
     time to first token)."""
 
-    events_arrived = Signal(list)  # list[TokenEvent], in arrival order
+    # list[TokenEvent], in arrival order; declared as object so every slot gets the one list, not a copy converted
+    # for it (a frame's emit took 14 us as Signal(list), 6 us so): slots read it and never change it
+    events_arrived = Signal(object)
     _wake = Signal()
     _wake_now = Signal()
 

@@ -45,6 +45,7 @@ class CodeBlockView(QFrame):
         self.editor = _CodeText()
         self.editor.setObjectName("codeText")
         self.editor.setReadOnly(True)
+        self.editor.setUndoRedoEnabled(False)  # read-only: streamed code kept no undo record per frame of text
         self.editor.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
         self.editor.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.editor.setFrameShape(QFrame.Shape.NoFrame)
@@ -77,8 +78,10 @@ class CodeBlockView(QFrame):
         if current and text.startswith(current):
             # append only the new tail: re-setting the whole text while streaming resets the view
             cursor = QTextCursor(self.editor.document())
+            cursor.beginEditBlock()  # the cursor is placed without laying the block out first (see ProseView)
             cursor.movePosition(QTextCursor.MoveOperation.End)
             cursor.insertText(text[len(current) :])
+            cursor.endEditBlock()
         else:
             self.editor.setPlainText(text)
         self._fit_height()

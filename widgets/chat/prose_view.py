@@ -41,7 +41,12 @@ def closed_length(text: str) -> int:
 
 
 class SafeDocument(QTextDocument):
-    """A document that loads nothing: Qt's own would read a local file named by an image (`<img src=/etc/...>`)."""
+    """A document that loads nothing: Qt's own would read a local file named by an image (`<img src=/etc/...>`).
+    It keeps no undo history: a message is never edited in place (QTextBrowser's own document keeps none either)."""
+
+    def __init__(self, parent=None) -> None:
+        super().__init__(parent)
+        self.setUndoRedoEnabled(False)
 
     def loadResource(self, kind: int, name: QUrl):
         return None
@@ -117,8 +122,17 @@ class ProseView(QTextBrowser):
         if not text.startswith(self._rendered) or not self._source.startswith(self._rendered):
             self._restart(text)
             return
-        closed = closed_length(text)
         cursor = QTextCursor(self.document())
+        # one edit: the document is laid out once, when it ends; each cursor move outside an edit lays the open
+        # paragraph out to place the cursor (half of an update's time with a paragraph of a few hundred words)
+        cursor.beginEditBlock()
+        try:
+            self._append_streamed(cursor, text)
+        finally:
+            cursor.endEditBlock()
+
+    def _append_streamed(self, cursor: QTextCursor, text: str) -> None:
+        closed = closed_length(text)
         if closed > len(self._rendered):
             self._cut_tail(cursor)
             fragment = QTextDocumentFragment.fromHtml(to_html(text[len(self._rendered) : closed]))

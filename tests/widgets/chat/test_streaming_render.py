@@ -7,6 +7,7 @@ from PySide6.QtWidgets import QTabWidget
 
 from engine.domain.chat import ASSISTANT, USER, ChatMessage
 from engine.types import FinishReason
+from widgets.chat.code_block import CodeBlockView
 from widgets.chat.message_view import MessageView
 from widgets.chat.prose_view import ProseView, SafeDocument
 from widgets.chat.transcript_view import TranscriptView
@@ -39,6 +40,34 @@ def test_a_closed_paragraph_is_rendered_once_and_the_rest_is_left_alone(qtbot) -
     view.stream_markdown("First *para*.\n\nSecond **one**.\n\nThird")
     assert changes and min(changes) >= rendered_end - 1  # the first paragraph was not touched
     assert view.toPlainText().split("\n")[:2] == ["First para.", "Second one."]
+
+
+def test_an_update_is_one_edit_of_the_document_and_keeps_no_undo_history(qtbot) -> None:
+    view = ProseView()
+    qtbot.addWidget(view)
+    view.resize(400, 100)
+    view.show()
+    view.stream_markdown("First *para*.\n\nSecond")
+    changes: list[int] = []
+    view.document().contentsChange.connect(lambda pos, removed, added: changes.append(pos))
+    # the open paragraph cut, the closed one rendered in its place, a new open one begun and written: one edit, so
+    # the layout and the height cache hear of it once
+    view.stream_markdown("First *para*.\n\nSecond **one**.\n\nThird")
+    assert len(changes) == 1
+    assert view.toPlainText().split("\n") == ["First para.", "Second one.", "Third"]
+    assert not view.document().isUndoRedoEnabled() and view.document().availableUndoSteps() == 0
+
+
+def test_a_streaming_code_block_is_appended_to_and_keeps_no_undo_history(qtbot) -> None:
+    view = CodeBlockView("def f():\n", "python")
+    qtbot.addWidget(view)
+    changes: list[tuple[int, int, int]] = []
+    view.editor.document().contentsChange.connect(lambda pos, removed, added: changes.append((pos, removed, added)))
+    for line in ["    a = 1\n", "    return a\n"]:
+        view.set_text(view.text + line, "python")
+    assert view.text == "def f():\n    a = 1\n    return a\n"
+    assert [removed for _pos, removed, _added in changes] == [0, 0]  # appended where it ended, never re-set
+    assert view.editor.document().availableUndoSteps() == 0
 
 
 def test_the_transcript_is_laid_out_only_when_a_reply_grows_by_a_line(qtbot, monkeypatch) -> None:
