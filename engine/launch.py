@@ -32,10 +32,13 @@ class EngineOptions:
 
 def start_engine(options: EngineOptions, progress: Progress | None = None, loader: Loader = load_model) -> Engine:
     """Check the options, load the model (converting or downloading as needed) and build its engine."""
-    options.check()
+    resolved = options.check()
+    wants_step = options.config.compiled_step and options.config.optimize
+    if wants_step and resolved.device == "cpu":
+        compiled_step.prepare_in_background()  # the first start's compile runs beside the load, not after it
     with heap_reused_while_loading(), paused():
         loaded = loader(options.model, options.load, progress=progress)
-        if options.config.compiled_step and options.config.optimize and loaded.info.device == "cpu":
+        if wants_step and loaded.info.device == "cpu":
             compiled_step.ensure_loaded(progress)  # the first start compiles it; the runner then finds it loaded
         if progress is not None:
             progress("allocating the KV cache")

@@ -44,10 +44,13 @@ def _isolated_user_folders(tmp_path_factory: pytest.TempPathFactory):
 def prepared_cache(_isolated_user_folders) -> None:
     """The run's cache with the compiled step built once, here, before any test: the first engine of the run (in a
     window test, a server process) would otherwise compile it within that test's waits, and two processes starting
-    at once would both compile it. The embedded model is converted by the embedded_model fixture: tests and
-    processes that run it depend on that fixture."""
+    at once would both compile it. The GGUF decoders are compiled beside it, as a first start does. The embedded
+    model is converted by the embedded_model fixture: tests and processes that run it depend on that fixture."""
+    from engine.load import native
     from engine.model import compiled_step
 
+    compiled_step.prepare_in_background()
+    native.available()  # False where they can't be built: torch's decoders run
     compiled_step.ensure_loaded()  # False where it can't be built (no compiler, turned off): the Python layers run
 
 

@@ -172,12 +172,14 @@ def _kv_budget(mem: MemoryEstimate, kv_budget_bytes: int | None) -> int:
 def _load_gguf(
     source: ModelSource, resolved: ResolvedOptions, options: LoadOptions, progress, kv_budget_bytes: int | None
 ) -> LoadedModel:
-    from engine.load import gguf_loader
+    from engine.load import gguf_blocks, gguf_loader, native
     from engine.load.gguf_metadata import read_config as read_config_of
     from engine.load.gguf_metadata import read_tokenizer
 
     assert source.path is not None
     header = read_header(source.path)
+    if resolved.device == "cpu" and any(entry.kind in gguf_blocks.DECODED for entry in header.tensors):
+        native.available(progress)  # the first load compiles the decoders: said as its own stage, not as reading
     free = memory.free_memory_bytes(resolved.device)  # before converting ahead: what that holds is the model's own
     prefetch = gguf_loader.Prefetch.start(header, resolved, free)  # converting while transformers' code imports
     try:

@@ -13,6 +13,8 @@ stay calls back into Python, and its gathers of the paged cache were slower than
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import hashlib
 import logging
 import os
@@ -72,9 +74,15 @@ class _State:
     failure: str | None = None
     #: the failure is how this machine or package is (turned off, no compiler, no headers or source), not a fault
     expected: bool = False
+    #: a build started beside the model's load (prepare_in_background); ensure_loaded waits for it
+    building: threading.Thread | None = None
 
 
 _state = _State()
+COMPILING_WORDS = "compiling the decode step for this CPU (first start only)"
+# a cached library loads in milliseconds: a build not done within this is compiling, and the stage is named
+SETTLE_S = 0.25
+_compilers: set[subprocess.Popen] = set()  # compilers running now: a process that exits stops them (see _stop_builds)
 
 
 def disabled_reason() -> str | None:
@@ -145,12 +153,12 @@ def _cpu_identity() -> str:
 def _compile(compiler: str, target: Path, progress: Callable[[str], None] | None) -> None:
     flags = _flags()  # before the progress message: without torch's headers there is nothing to compile
     if progress is not None:
-        progress("compiling the decode step for this CPU (first start only)")
+        progress(COMPILING_WORDS)
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
     command = [compiler, str(SOURCE), "-o", str(partial), *flags]
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S)
+        done = _run_compiler(command, partial)
     except subprocess.TimeoutExpired:
         partial.unlink(missing_ok=True)
         raise CompileUnavailable(f"compiling the decode step took over {COMPILE_TIMEOUT_S} s") from None
@@ -166,6 +174,58 @@ def _compile(compiler: str, target: Path, progress: Callable[[str], None] | None
         log.warning("the decode step compiled with %d warnings, the first: %s", len(warnings), warnings[0][:200])
     _warnings_path(target).write_text("\n".join(warnings))
     os.replace(partial, target)  # atomic: another process sees the whole library or none
+
+
+def _run_compiler(command: list[str], partial: Path) -> subprocess.CompletedProcess:
+    """subprocess.run's result, with the compiler known to _stop_builds while it runs (a background build's thread
+    dies with the process; its compiler would not)."""
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process.partial = partial  # type: ignore[attr-defined]  # removed by _stop_builds with the process
+    _compilers.add(process)
+    try:
+        stdout, stderr = process.communicate(timeout=COMPILE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
+        raise
+    finally:
+        _compilers.discard(process)
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+
+
+@atexit.register
+def _stop_builds() -> None:
+    """The process exits while a build runs (a load refused, the window closed on the first start): its compiler is
+    stopped and its partial file removed, not left writing into the cache."""
+    for process in list(_compilers):
+        process.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=5)
+        process.partial.unlink(missing_ok=True)  # type: ignore[attr-defined]
+
+
+def prepare_in_background() -> None:
+    """Build (the first start) and load the compiled step on a thread of its own, beside the model's load: the
+    compiler's one thread (about 20 s on two cores) then runs while the loader reads and compiles the GGUF decoders,
+    not after them. ensure_loaded() waits for it. Nothing where it is loaded, failed, turned off or under way."""
+    with _state.lock:
+        if _state.loaded is not None or _state.failure is not None or _state.building is not None:
+            return
+        if disabled_reason() is not None:
+            return
+        _state.building = threading.Thread(target=ensure_loaded, name="compiled-step-build", daemon=True)
+        _state.building.start()  # it takes the lock once this returns
+
+
+def _wait_for_background_build(progress: Callable[[str], None] | None) -> None:
+    building = _state.building
+    if building is None or building is threading.current_thread():
+        return
+    building.join(SETTLE_S)
+    if building.is_alive():
+        if progress is not None:
+            progress(COMPILING_WORDS)  # what the load now waits for, named
+        building.join(COMPILE_TIMEOUT_S + 60)  # its compiler's own limit ends it before this
 
 
 def _warnings_path(library: Path) -> Path:
@@ -201,6 +261,7 @@ def _check_contract() -> None:
 def ensure_loaded(progress: Callable[[str], None] | None = None) -> bool:
     """Build (first start) and load the compiled step into this process; False with failure_reason() set when it
     can't be. Thread-safe; the outcome is kept for the process."""
+    _wait_for_background_build(progress)
     with _state.lock:
         if _state.loaded is not None:
             return True
