@@ -9,11 +9,14 @@ from engine.core.config import EngineConfig
 from engine.core.engine import Engine
 from engine.cycle_collector import paused
 from engine.load.loader import LoadedModel, Progress, load_model
-from engine.load.memory import heap_reused_while_loading
+from engine.load.memory import free_memory_bytes, heap_reused_while_loading
 from engine.load.options import LoadOptions, ResolvedOptions, resolve_options
 from engine.model import compiled_step
 
 Loader = Callable[..., LoadedModel]
+# the decode step's compiler peaks at ~860 MB (g++ -O3, measured): beside a load only where that leaves the load its
+# room; with less free, it compiles after the load, as before
+BUILD_BESIDE_LOAD_FREE_BYTES = 4 << 30
 
 
 @dataclass(frozen=True)
@@ -34,7 +37,7 @@ def start_engine(options: EngineOptions, progress: Progress | None = None, loade
     """Check the options, load the model (converting or downloading as needed) and build its engine."""
     resolved = options.check()
     wants_step = options.config.compiled_step and options.config.optimize
-    if wants_step and resolved.device == "cpu":
+    if wants_step and resolved.device == "cpu" and free_memory_bytes("cpu") >= BUILD_BESIDE_LOAD_FREE_BYTES:
         compiled_step.prepare_in_background()  # the first start's compile runs beside the load, not after it
     with heap_reused_while_loading(), paused():
         loaded = loader(options.model, options.load, progress=progress)

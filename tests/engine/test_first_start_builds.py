@@ -138,3 +138,22 @@ def test_the_first_gguf_load_names_the_decoders_compile_before_reading(tmp_path:
     assert stages.index("compiling the GGUF decoders for this CPU") < min(
         i for i, s in enumerate(stages) if s.startswith("reading")
     )
+
+
+@pytest.mark.parametrize(("free", "beside"), [(8 << 30, True), (1 << 30, False)])
+def test_start_engine_starts_the_build_before_the_load_where_memory_allows(monkeypatch, free, beside) -> None:
+    from engine import launch
+    from engine.errors import ModelFormatError
+
+    calls: list[str] = []
+    monkeypatch.setattr(launch, "free_memory_bytes", lambda device: free)
+    monkeypatch.setattr(compiled_step, "prepare_in_background", lambda: calls.append("build"))
+
+    def loader(spec, options, progress=None):
+        calls.append("load")
+        raise ModelFormatError("the file ends inside tensor 3")
+
+    with pytest.raises(ModelFormatError):
+        launch.start_engine(launch.EngineOptions(), loader=loader)
+    # the compiler's ~860 MB beside the load only with room for both; else it compiles after the load, as before
+    assert calls == (["build", "load"] if beside else ["load"])
