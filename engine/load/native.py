@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from engine.cxx_build import run_compiler
 from engine.paths import cache_dir
 
 log = logging.getLogger(__name__)
@@ -110,8 +111,7 @@ def _compile(compiler: str, target: Path, progress) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
     try:
-        done = subprocess.run([compiler, str(SOURCE), "-o", str(partial), *flags], capture_output=True, text=True,
-                              timeout=COMPILE_TIMEOUT_S)  # fmt: skip
+        done = run_compiler([compiler, str(SOURCE), "-o", str(partial), *flags], partial, COMPILE_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         partial.unlink(missing_ok=True)
         raise RuntimeError(f"compiling took over {COMPILE_TIMEOUT_S} s") from None

@@ -13,8 +13,6 @@ stay calls back into Python, and its gathers of the paged cache were slower than
 
 from __future__ import annotations
 
-import atexit
-import contextlib
 import hashlib
 import logging
 import os
@@ -30,6 +28,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from engine.cxx_build import run_compiler
 from engine.model import dense_rows, int4pack, kernels, stored, tiles
 from engine.model import formats as formats_
 from engine.model.batch import CHUNK_COLUMNS
@@ -82,7 +81,6 @@ _state = _State()
 COMPILING_WORDS = "compiling the decode step for this CPU (first start only)"
 # a cached library loads in milliseconds: a build not done within this is compiling, and the stage is named
 SETTLE_S = 0.25
-_compilers: set[subprocess.Popen] = set()  # compilers running now: a process that exits stops them (see _stop_builds)
 
 
 def disabled_reason() -> str | None:
@@ -158,7 +156,7 @@ def _compile(compiler: str, target: Path, progress: Callable[[str], None] | None
     partial = target.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
     command = [compiler, str(SOURCE), "-o", str(partial), *flags]
     try:
-        done = _run_compiler(command, partial)
+        done = run_compiler(command, partial, COMPILE_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         partial.unlink(missing_ok=True)
         raise CompileUnavailable(f"compiling the decode step took over {COMPILE_TIMEOUT_S} s") from None
@@ -174,34 +172,6 @@ def _compile(compiler: str, target: Path, progress: Callable[[str], None] | None
         log.warning("the decode step compiled with %d warnings, the first: %s", len(warnings), warnings[0][:200])
     _warnings_path(target).write_text("\n".join(warnings))
     os.replace(partial, target)  # atomic: another process sees the whole library or none
-
-
-def _run_compiler(command: list[str], partial: Path) -> subprocess.CompletedProcess:
-    """subprocess.run's result, with the compiler known to _stop_builds while it runs (a background build's thread
-    dies with the process; its compiler would not)."""
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    process.partial = partial  # type: ignore[attr-defined]  # removed by _stop_builds with the process
-    _compilers.add(process)
-    try:
-        stdout, stderr = process.communicate(timeout=COMPILE_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.communicate()
-        raise
-    finally:
-        _compilers.discard(process)
-    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
-
-
-@atexit.register
-def _stop_builds() -> None:
-    """The process exits while a build runs (a load refused, the window closed on the first start): its compiler is
-    stopped and its partial file removed, not left writing into the cache."""
-    for process in list(_compilers):
-        process.kill()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=5)
-        process.partial.unlink(missing_ok=True)  # type: ignore[attr-defined]
 
 
 def prepare_in_background() -> None:

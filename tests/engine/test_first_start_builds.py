@@ -89,18 +89,18 @@ def test_a_cached_decode_step_is_loaded_without_a_stage(tmp_path: Path) -> None:
     assert _fresh_process(code, {"CXX": str(fake)}, tmp_path / "cache")[-1] == "True []"
 
 
-def test_a_process_that_exits_mid_build_stops_its_compiler_and_leaves_no_partial_file(tmp_path: Path) -> None:
+BUILDS_ON_A_THREAD = {
+    "decode step": "from engine.model import compiled_step\ncompiled_step.prepare_in_background()",
+    "GGUF decoders": "import threading\nfrom engine.load import native\n"
+    "threading.Thread(target=native.available, daemon=True).start()  # the window's loader thread",
+}
+
+
+@pytest.mark.parametrize("build", sorted(BUILDS_ON_A_THREAD))
+def test_a_process_that_exits_mid_build_stops_its_compiler_and_leaves_no_partial_file(tmp_path: Path, build) -> None:
     fake = _fake_compiler(tmp_path, _compiled_step_library(), before="sleep 60")
-    _fresh_process(
-        """
-        import time
-        from engine.model import compiled_step
-        compiled_step.prepare_in_background()
-        time.sleep(1)  # the compiler is running; the load is refused and the command exits
-        """,
-        {"CXX": str(fake)},
-        tmp_path / "cache",
-    )
+    # the compiler is running when the command exits (its load refused, the window closed)
+    _fresh_process(BUILDS_ON_A_THREAD[build] + "\nimport time\ntime.sleep(1)\n", {"CXX": str(fake)}, tmp_path / "cache")
     pid = int((tmp_path / "started").read_text().split()[0])
     deadline = time.monotonic() + 10
     while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:

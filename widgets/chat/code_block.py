@@ -45,7 +45,7 @@ class CodeBlockView(QFrame):
         self.editor = _CodeText()
         self.editor.setObjectName("codeText")
         self.editor.setReadOnly(True)
-        self.editor.setUndoRedoEnabled(False)  # read-only: streamed code kept no undo record per frame of text
+        self.editor.setUndoRedoEnabled(False)  # read-only: no undo record for each streamed frame of code
         self.editor.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
         self.editor.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.editor.setFrameShape(QFrame.Shape.NoFrame)
