@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from engine.cxx_build import run_compiler
+from engine.cxx_build import BuildFailed, build_library
 from engine.paths import cache_dir
 
 log = logging.getLogger(__name__)
@@ -108,21 +108,12 @@ def _compile(compiler: str, target: Path, progress) -> None:
     flags = _flags()
     if progress is not None:
         progress("compiling the GGUF decoders for this CPU (first load only)")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
     try:
-        done = run_compiler([compiler, str(SOURCE), "-o", str(partial), *flags], partial, COMPILE_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        partial.unlink(missing_ok=True)
-        raise RuntimeError(f"compiling took over {COMPILE_TIMEOUT_S} s") from None
-    if done.returncode != 0 or not partial.exists():
-        partial.unlink(missing_ok=True)
-        errors = [line for line in done.stderr.splitlines() if "error" in line.lower()] or ["no output"]
-        raise RuntimeError(f"compiling failed: {errors[0].strip()[:200]}")
-    warnings = [line for line in done.stderr.splitlines() if "warning:" in line]
+        warnings = build_library(compiler, SOURCE, flags, target, COMPILE_TIMEOUT_S)
+    except BuildFailed as exc:
+        raise RuntimeError(f"compiling {exc}") from None
     if warnings:
         log.warning("the GGUF decoders compiled with %d warnings, the first: %s", len(warnings), warnings[0][:200])
-    os.replace(partial, target)  # atomic: another process sees the whole library or none
 
 
 def dequantize(raw: torch.Tensor, kind: int) -> torch.Tensor:

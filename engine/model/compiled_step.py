@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from engine.cxx_build import run_compiler
+from engine.cxx_build import BuildFailed, build_library
 from engine.model import dense_rows, int4pack, kernels, stored, tiles
 from engine.model import formats as formats_
 from engine.model.batch import CHUNK_COLUMNS
@@ -152,26 +152,14 @@ def _compile(compiler: str, target: Path, progress: Callable[[str], None] | None
     flags = _flags()  # before the progress message: without torch's headers there is nothing to compile
     if progress is not None:
         progress(COMPILING_WORDS)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
-    command = [compiler, str(SOURCE), "-o", str(partial), *flags]
     try:
-        done = run_compiler(command, partial, COMPILE_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        partial.unlink(missing_ok=True)
-        raise CompileUnavailable(f"compiling the decode step took over {COMPILE_TIMEOUT_S} s") from None
+        warnings = build_library(compiler, SOURCE, flags, target, COMPILE_TIMEOUT_S, _warnings_path(target))
+    except BuildFailed as exc:
+        raise CompileUnavailable(f"compiling the decode step {exc}") from None
     except OSError as exc:
         raise CompileUnavailable(f"the C++ compiler {compiler} does not run: {exc}") from None
-    if done.returncode != 0 or not partial.exists():
-        partial.unlink(missing_ok=True)
-        errors = [line for line in (done.stderr or done.stdout).splitlines() if "error" in line.lower()]
-        detail = (errors or (done.stderr or done.stdout).splitlines() or ["no output"])[0].strip()
-        raise CompileUnavailable(f"compiling the decode step failed: {detail[:200]}")
-    warnings = [line for line in (done.stderr or "").splitlines() if "warning:" in line]
     if warnings:
         log.warning("the decode step compiled with %d warnings, the first: %s", len(warnings), warnings[0][:200])
-    _warnings_path(target).write_text("\n".join(warnings))
-    os.replace(partial, target)  # atomic: another process sees the whole library or none
 
 
 def prepare_in_background() -> None:
